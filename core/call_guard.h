@@ -1,0 +1,48 @@
+// Internal to core/registry: the wait half of "release waits for the handler".
+//
+// Boost.Signals2 disconnects without waiting for a call in progress. The
+// kernel does wait (ib_unregister_event_handler takes the device's rwsem), and
+// so must ibev: once a handler's Attachment is released, the handler's
+// captures may be gone. CallGuard counts calls in progress; close() stops new
+// ones from starting and wait_idle() waits for the others to return. A call
+// running on the closing thread itself is not waited for (it would be waiting
+// for itself): that is what makes releasing a handle from inside its own
+// handler safe.
+#ifndef IBEV_CORE_CALL_GUARD_H_
+#define IBEV_CORE_CALL_GUARD_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace ibev::detail {
+
+class CallGuard {
+ public:
+  CallGuard() = default;
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+  // Marks a call as started on this thread; false (and nothing started) once
+  // closed. Every true must be paired with leave() on the same thread.
+  bool try_enter() noexcept;
+  void leave() noexcept;
+
+  // After close() returns, try_enter() fails.
+  void close() noexcept { closed_.store(true); }
+  bool closed() const noexcept { return closed_.load(); }
+
+  // Blocks until no call is in progress on another thread. Call after close().
+  void wait_idle() noexcept;
+
+ private:
+  void release_one() noexcept;
+
+  // Both seq_cst: try_enter increments then reads closed_, close() writes
+  // closed_ then wait_idle reads running_, so one of them sees the other.
+  std::atomic<std::uint32_t> running_{0};
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace ibev::detail
+
+#endif  // IBEV_CORE_CALL_GUARD_H_

@@ -1,0 +1,146 @@
+#include "core/event.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace ibev {
+namespace {
+
+// ibv_async_event::event_type is a C enum; a newer kernel can put a value in
+// it that ibv_event_type has no enumerator for. Copying the bits avoids
+// loading an out-of-range enum value.
+int code_of(const ibv_async_event& raw) noexcept {
+  static_assert(sizeof(raw.event_type) == sizeof(int));
+  int code;
+  std::memcpy(&code, &raw.event_type, sizeof code);
+  return code;
+}
+
+// The element's bits as an integer, for codes with no known member.
+OpaqueElement opaque_bits(const ibv_async_event& raw) noexcept {
+  OpaqueElement opaque{0};
+  static_assert(sizeof(raw.element) <= sizeof(opaque.bits));
+  std::memcpy(&opaque.bits, &raw.element, sizeof(raw.element));
+  return opaque;
+}
+
+std::string element_description(ElementKind kind) {
+  switch (kind) {
+    case ElementKind::kCq:
+      return "a CQ";
+    case ElementKind::kQp:
+      return "a QP";
+    case ElementKind::kSrq:
+      return "an SRQ";
+    case ElementKind::kWq:
+      return "a WQ";
+    case ElementKind::kPort:
+      return "a port number";
+    case ElementKind::kDevice:
+      return "no element (the device)";
+  }
+  return "an invalid element";
+}
+
+// The CQ/QP/SRQ/WQ address an element names, or nullptr for the others.
+const void* object_address(const Element& element) noexcept {
+  return std::visit(
+      [](auto value) -> const void* {
+        if constexpr (std::is_pointer_v<decltype(value)>) {
+          return value;
+        } else {
+          return nullptr;
+        }
+      },
+      element);
+}
+
+}  // namespace
+
+ElementKind kind_of(const Element& element) noexcept {
+  switch (element.index()) {
+    case 0:
+      return ElementKind::kCq;
+    case 1:
+      return ElementKind::kQp;
+    case 2:
+      return ElementKind::kSrq;
+    case 3:
+      return ElementKind::kWq;
+    case 4:
+      return ElementKind::kPort;
+    default:
+      return ElementKind::kDevice;
+  }
+}
+
+Event Event::from_async(ibv_context* device,
+                        const ibv_async_event& raw) noexcept {
+  const int code = code_of(raw);
+  const EventTypeInfo* info = find_event_type(code);
+  if (info == nullptr) return Event(device, code, opaque_bits(raw), false);
+  switch (info->element) {
+    case ElementKind::kCq:
+      return Event(device, code, raw.element.cq, false);
+    case ElementKind::kQp:
+      return Event(device, code, raw.element.qp, false);
+    case ElementKind::kSrq:
+      return Event(device, code, raw.element.srq, false);
+    case ElementKind::kWq:
+      return Event(device, code, raw.element.wq, false);
+    case ElementKind::kPort:
+      return Event(device, code, Port{raw.element.port_num}, false);
+    case ElementKind::kDevice:
+      break;
+  }
+  return Event(device, code, WholeDevice{}, false);
+}
+
+Event Event::synthesize(ibv_context* device, int code, Element element) {
+  const EventTypeInfo* info = find_event_type(code);
+  const ElementKind want = info != nullptr ? info->element : ElementKind::kDevice;
+  const std::string what = info != nullptr
+                               ? std::string(info->enumerator)
+                               : "unknown event code " + std::to_string(code);
+  if (kind_of(element) != want) {
+    throw std::invalid_argument("Event::synthesize: " + what + " carries " +
+                                element_description(want) + ", not " +
+                                element_description(kind_of(element)));
+  }
+  if (is_object(want) && object_address(element) == nullptr) {
+    throw std::invalid_argument("Event::synthesize: " + what +
+                                " needs a non-null object");
+  }
+  if (const Port* port = std::get_if<Port>(&element); port && port->number < 1) {
+    throw std::invalid_argument("Event::synthesize: " + what +
+                                ": port numbers start at 1, got " +
+                                std::to_string(port->number));
+  }
+  if (info != nullptr && std::holds_alternative<OpaqueElement>(element)) {
+    throw std::invalid_argument("Event::synthesize: " + what +
+                                " is a known code; give WholeDevice");
+  }
+  return Event(device, code, element, true);
+}
+
+std::string_view Event::name() const noexcept {
+  const EventTypeInfo* i = info();
+  return i != nullptr ? i->name : std::string_view("unknown");
+}
+
+Severity Event::severity() const noexcept {
+  const EventTypeInfo* i = info();
+  return i != nullptr ? i->severity : Severity::kUnknown;
+}
+
+std::optional<int> Event::port() const noexcept {
+  if (const Port* p = std::get_if<Port>(&element_)) return p->number;
+  return std::nullopt;
+}
+
+const void* Event::object() const noexcept {
+  return object_address(element_);
+}
+
+}  // namespace ibev

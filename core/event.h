@@ -1,0 +1,111 @@
+// ibev::Event: one async event, with its element read through the only member
+// its type allows.
+//
+// rdma-core hands out `ibv_async_event`, whose `element` is a C union: reading
+// `port_num` of a QP event truncates a pointer to an int, and reading `qp` of a
+// port event turns port 1 into the address 0x1. Event stores the element in a
+// std::variant chosen from the classification table (core/event_type.h), so the
+// wrong member cannot be read: cq()/qp()/srq()/wq() return nullptr and port()
+// returns nullopt unless the event really carries that element.
+//
+// Events of a code this build does not know are kept, never dropped: they are
+// device-scope, and their element's raw bits are kept as an opaque integer.
+//
+// Event is a small, trivially copyable value; it owns nothing. Thread-safe as
+// any value (const access from many threads).
+#ifndef IBEV_CORE_EVENT_H_
+#define IBEV_CORE_EVENT_H_
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <variant>
+
+#include "core/event_type.h"
+
+namespace ibev {
+
+// A port number, as the kernel reports it (ports count from 1).
+struct Port {
+  int number;
+  friend bool operator==(Port a, Port b) { return a.number == b.number; }
+};
+
+// DEVICE_FATAL names no element: the whole device is meant.
+struct WholeDevice {
+  friend bool operator==(WholeDevice, WholeDevice) { return true; }
+};
+
+// The element of an event whose code ibev does not know; kept bit for bit.
+struct OpaqueElement {
+  std::uint64_t bits;
+  friend bool operator==(OpaqueElement a, OpaqueElement b) {
+    return a.bits == b.bits;
+  }
+};
+
+using Element = std::variant<ibv_cq*, ibv_qp*, ibv_srq*, ibv_wq*, Port,
+                             WholeDevice, OpaqueElement>;
+
+// The kind of element `element` holds (kDevice for WholeDevice and Opaque).
+ElementKind kind_of(const Element& element) noexcept;
+
+class Event {
+ public:
+  // Reads `raw.element` through the member its event type names. Never fails:
+  // an unknown code becomes a device-scope event keeping the raw bits.
+  static Event from_async(ibv_context* device,
+                          const ibv_async_event& raw) noexcept;
+
+  // An event that did not come from rdma-core (injection, or a device that
+  // vanished). Throws std::invalid_argument when `element` is not what `code`
+  // carries, or names a null object or a port below 1.
+  static Event synthesize(ibv_context* device, int code, Element element);
+
+  ibv_context* device() const noexcept { return device_; }
+  int code() const noexcept { return code_; }
+  // nullptr for a code this build does not know.
+  const EventTypeInfo* info() const noexcept { return find_event_type(code_); }
+  bool known() const noexcept { return info() != nullptr; }
+  // As ibv_event_type_str() spells it ("unknown" for unknown codes).
+  std::string_view name() const noexcept;
+  Severity severity() const noexcept;
+  ElementKind element_kind() const noexcept { return kind_of(element_); }
+  const Element& element() const noexcept { return element_; }
+
+  // Each returns the element only when the event carries one of that kind.
+  ibv_cq* cq() const noexcept { return get<ibv_cq*>(); }
+  ibv_qp* qp() const noexcept { return get<ibv_qp*>(); }
+  ibv_srq* srq() const noexcept { return get<ibv_srq*>(); }
+  ibv_wq* wq() const noexcept { return get<ibv_wq*>(); }
+  std::optional<int> port() const noexcept;
+  // The CQ, QP, SRQ or WQ address for an object event; nullptr otherwise.
+  const void* object() const noexcept;
+
+  // True for events ibev made itself, which are never acked to rdma-core.
+  bool synthesized() const noexcept { return synthesized_; }
+
+ private:
+  Event(ibv_context* device, int code, Element element, bool synthesized)
+      : device_(device),
+        code_(code),
+        element_(element),
+        synthesized_(synthesized) {}
+
+  template <typename T>
+  T get() const noexcept {
+    const T* p = std::get_if<T>(&element_);
+    return p != nullptr ? *p : nullptr;
+  }
+
+  ibv_context* device_;
+  int code_;
+  Element element_;
+  bool synthesized_;
+};
+
+}  // namespace ibev
+
+#endif  // IBEV_CORE_EVENT_H_

@@ -1,0 +1,47 @@
+#include "core/event_type.h"
+
+#include <ostream>
+
+namespace ibev {
+
+std::string_view to_string(ElementKind kind) noexcept {
+  switch (kind) {
+    case ElementKind::kCq:
+      return "cq";
+    case ElementKind::kQp:
+      return "qp";
+    case ElementKind::kSrq:
+      return "srq";
+    case ElementKind::kWq:
+      return "wq";
+    case ElementKind::kPort:
+      return "port";
+    case ElementKind::kDevice:
+      return "device";
+  }
+  return "invalid";
+}
+
+std::string_view to_string(Severity severity) noexcept {
+  switch (severity) {
+    case Severity::kFatal:
+      return "fatal";
+    case Severity::kError:
+      return "error";
+    case Severity::kInformational:
+      return "informational";
+    case Severity::kUnknown:
+      return "unknown";
+  }
+  return "invalid";
+}
+
+std::ostream& operator<<(std::ostream& out, ElementKind kind) {
+  return out << to_string(kind);
+}
+
+std::ostream& operator<<(std::ostream& out, Severity severity) {
+  return out << to_string(severity);
+}
+
+}  // namespace ibev

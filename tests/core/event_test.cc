@@ -1,0 +1,231 @@
+// The event model: every code's element is read through the right member and
+// only that one; unknown codes are kept.
+#define BOOST_TEST_MODULE ibev_core_event
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/event.h"
+
+namespace bdata = boost::unit_test::data;
+using ibev::ElementKind;
+using ibev::Event;
+
+namespace {
+
+// Every rdma-core code, plus codes a newer kernel might send.
+std::vector<int> all_codes() {
+  std::vector<int> codes;
+  for (int code = 0; code < 20; ++code) codes.push_back(code);
+  codes.insert(codes.end(), {20, 31, 42, 1000, -1});
+  return codes;
+}
+
+// A raw event whose union bytes are all 0xA5 but for the member written:
+// reading any wider member than the one written would pick up the pattern.
+ibv_async_event raw_event(int code) {
+  ibv_async_event raw;
+  std::memset(&raw, 0xA5, sizeof raw);
+  std::memcpy(&raw.event_type, &code, sizeof code);
+  return raw;
+}
+
+ibv_context* fake_device() {
+  static ibv_context device{};
+  return &device;
+}
+
+// Addresses with bits set above 32, so truncation to int would show.
+template <typename T>
+T* high_address(std::uintptr_t low) {
+  return reinterpret_cast<T*>(std::uintptr_t{0x7f3a'5c00'0000'0000} | low);
+}
+
+ElementKind expected_kind(int code) {
+  const auto* found = ibev::find_event_type(code);
+  return found != nullptr ? found->element : ElementKind::kDevice;
+}
+
+}  // namespace
+
+
+BOOST_AUTO_TEST_SUITE(classification)
+
+BOOST_AUTO_TEST_CASE(table_covers_every_rdma_core_code) {
+  BOOST_TEST(ibev::kEventTypes.size() == 20u);
+  BOOST_TEST(ibev::kEventTypes.back().type == IBV_EVENT_WQ_FATAL);
+}
+
+BOOST_DATA_TEST_CASE(names_match_ibv_event_type_str, bdata::make(all_codes()),
+                     code) {
+  const Event event = Event::from_async(fake_device(), raw_event(code));
+  BOOST_TEST(std::string(event.name()) ==
+             ibv_event_type_str(static_cast<ibv_event_type>(code)));
+}
+
+BOOST_DATA_TEST_CASE(known_codes_have_severity, bdata::xrange(20), code) {
+  const Event event = Event::from_async(fake_device(), raw_event(code));
+  BOOST_TEST(event.known());
+  BOOST_TEST(event.severity() != ibev::Severity::kUnknown);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(element_is_read_through_the_right_member)
+
+BOOST_DATA_TEST_CASE(exactly_one_accessor_answers, bdata::make(all_codes()),
+                     code) {
+  ibv_async_event raw = raw_event(code);
+  const ElementKind kind = expected_kind(code);
+  switch (kind) {
+    case ElementKind::kCq:
+      raw.element.cq = high_address<ibv_cq>(0x10);
+      break;
+    case ElementKind::kQp:
+      raw.element.qp = high_address<ibv_qp>(0x20);
+      break;
+    case ElementKind::kSrq:
+      raw.element.srq = high_address<ibv_srq>(0x30);
+      break;
+    case ElementKind::kWq:
+      raw.element.wq = high_address<ibv_wq>(0x40);
+      break;
+    case ElementKind::kPort:
+      raw.element.port_num = 2;
+      break;
+    case ElementKind::kDevice:
+      break;
+  }
+  const Event event = Event::from_async(fake_device(), raw);
+
+  BOOST_TEST(event.code() == code);
+  BOOST_TEST(event.device() == fake_device());
+  BOOST_TEST(!event.synthesized());
+  BOOST_TEST(event.element_kind() == kind);
+  BOOST_TEST((event.cq() == (kind == ElementKind::kCq
+                                 ? high_address<ibv_cq>(0x10)
+                                 : nullptr)));
+  BOOST_TEST((event.qp() == (kind == ElementKind::kQp
+                                 ? high_address<ibv_qp>(0x20)
+                                 : nullptr)));
+  BOOST_TEST((event.srq() == (kind == ElementKind::kSrq
+                                  ? high_address<ibv_srq>(0x30)
+                                  : nullptr)));
+  BOOST_TEST((event.wq() == (kind == ElementKind::kWq
+                                 ? high_address<ibv_wq>(0x40)
+                                 : nullptr)));
+  if (kind == ElementKind::kPort) {
+    BOOST_TEST(event.port().value() == 2);
+    BOOST_TEST(event.object() == nullptr);
+  } else {
+    BOOST_TEST(!event.port().has_value());
+  }
+  BOOST_TEST(ibev::is_object(kind) == (event.object() != nullptr));
+}
+
+BOOST_AUTO_TEST_CASE(port_number_never_read_as_pointer) {
+  ibv_async_event raw = raw_event(IBV_EVENT_PORT_ERR);
+  raw.element.port_num = 1;
+  const Event event = Event::from_async(fake_device(), raw);
+  BOOST_TEST(event.port().value() == 1);
+  BOOST_TEST(event.qp() == nullptr);
+  BOOST_TEST(event.cq() == nullptr);
+  BOOST_TEST(event.object() == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(pointer_never_read_as_port_number) {
+  ibv_async_event raw = raw_event(IBV_EVENT_QP_FATAL);
+  // The low 32 bits alone would read as port 1.
+  raw.element.qp = reinterpret_cast<ibv_qp*>(std::uintptr_t{0x7f00'0000'0000'0001});
+  const Event event = Event::from_async(fake_device(), raw);
+  BOOST_TEST(!event.port().has_value());
+  BOOST_TEST(reinterpret_cast<std::uintptr_t>(event.qp()) ==
+             std::uintptr_t{0x7f00'0000'0000'0001});
+}
+
+BOOST_DATA_TEST_CASE(unknown_codes_are_kept_with_their_bits,
+                     bdata::make({20, 42, 1000, -1}), code) {
+  ibv_async_event raw = raw_event(code);
+  raw.element.qp = high_address<ibv_qp>(0x99);
+  const Event event = Event::from_async(fake_device(), raw);
+  BOOST_TEST(!event.known());
+  BOOST_TEST(event.code() == code);
+  BOOST_TEST(event.name() == "unknown");
+  BOOST_TEST(event.severity() == ibev::Severity::kUnknown);
+  BOOST_TEST(event.element_kind() == ElementKind::kDevice);
+  const auto* opaque = std::get_if<ibev::OpaqueElement>(&event.element());
+  BOOST_REQUIRE(opaque != nullptr);
+  BOOST_TEST(opaque->bits == reinterpret_cast<std::uintptr_t>(
+                                 high_address<ibv_qp>(0x99)));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(synthesize)
+
+BOOST_AUTO_TEST_CASE(accepts_the_element_the_type_carries) {
+  ibv_qp qp{};
+  const Event event =
+      Event::synthesize(fake_device(), IBV_EVENT_COMM_EST, &qp);
+  BOOST_TEST(event.synthesized());
+  BOOST_TEST(event.qp() == &qp);
+  BOOST_TEST(Event::synthesize(fake_device(), IBV_EVENT_PORT_ACTIVE,
+                               ibev::Port{3})
+                 .port()
+                 .value() == 3);
+  BOOST_TEST(Event::synthesize(fake_device(), 77, ibev::WholeDevice{})
+                 .element_kind() == ElementKind::kDevice);
+}
+
+void expect_invalid(const std::function<void()>& call,
+                    const std::string& fragment) {
+  try {
+    call();
+    BOOST_ERROR("expected std::invalid_argument mentioning " + fragment);
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find(fragment) != std::string::npos,
+               "'" << e.what() << "' should mention '" << fragment << "'");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rejects_the_wrong_element) {
+  ibv_cq cq{};
+  expect_invalid(
+      [&] { (void)Event::synthesize(fake_device(), IBV_EVENT_QP_FATAL, &cq); },
+      "IBV_EVENT_QP_FATAL carries a QP, not a CQ");
+  expect_invalid(
+      [&] {
+        (void)Event::synthesize(fake_device(), IBV_EVENT_PORT_ERR, &cq);
+      },
+      "carries a port number");
+  expect_invalid(
+      [&] {
+        (void)Event::synthesize(fake_device(), IBV_EVENT_CQ_ERR,
+                                ibev::Port{1});
+      },
+      "carries a CQ, not a port number");
+  expect_invalid(
+      [&] {
+        (void)Event::synthesize(fake_device(), IBV_EVENT_CQ_ERR,
+                                static_cast<ibv_cq*>(nullptr));
+      },
+      "non-null object");
+  expect_invalid(
+      [&] {
+        (void)Event::synthesize(fake_device(), IBV_EVENT_PORT_ERR,
+                                ibev::Port{0});
+      },
+      "port numbers start at 1");
+  expect_invalid(
+      [&] {
+        (void)Event::synthesize(fake_device(), IBV_EVENT_DEVICE_FATAL,
+                                ibev::OpaqueElement{1});
+      },
+      "give WholeDevice");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,503 @@
+// The registry: per-type routing, resolve-then-deliver, the release rule,
+// failures, counters and bad input.
+#define BOOST_TEST_MODULE ibev_core_registry
+#include <atomic>
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/registry.h"
+
+namespace bdata = boost::unit_test::data;
+using ibev::Attachment;
+using ibev::ElementKind;
+using ibev::Event;
+using ibev::EventFilter;
+using ibev::Registry;
+
+namespace {
+
+std::vector<int> all_codes() {
+  std::vector<int> codes;
+  for (int code = 0; code < 20; ++code) codes.push_back(code);
+  codes.insert(codes.end(), {20, 42});
+  return codes;
+}
+
+// Fake rdma-core objects: only their addresses are used.
+struct Fixture {
+  ibv_context device_a{}, device_b{};
+  ibv_cq cq1{}, cq2{};
+  ibv_qp qp1{}, qp2{};
+  ibv_srq srq1{}, srq2{};
+  ibv_wq wq1{}, wq2{};
+  Registry registry;
+  std::map<std::string, int> calls;
+  std::vector<Attachment> attachments;
+
+  ibev::Handler count(const std::string& who) {
+    return [this, who](const Event&) { ++calls[who]; };
+  }
+
+  Fixture() {
+    attachments.push_back(registry.attach(&cq1, count("cq1")));
+    attachments.push_back(registry.attach(&cq2, count("cq2")));
+    attachments.push_back(registry.attach(&qp1, count("qp1")));
+    attachments.push_back(registry.attach(&qp2, count("qp2")));
+    attachments.push_back(registry.attach(&srq1, count("srq1")));
+    attachments.push_back(registry.attach(&srq2, count("srq2")));
+    attachments.push_back(registry.attach(&wq1, count("wq1")));
+    attachments.push_back(registry.attach(&wq2, count("wq2")));
+    attachments.push_back(registry.listen(&device_a, count("a-all")));
+    attachments.push_back(
+        registry.listen(&device_a, count("a-port1"), EventFilter().on_port(1)));
+    attachments.push_back(
+        registry.listen(&device_a, count("a-port2"), EventFilter().on_port(2)));
+    attachments.push_back(registry.listen(&device_b, count("b-all")));
+    attachments.push_back(registry.on_unclaimed(count("unclaimed")));
+  }
+
+  // An event of `code` on device A naming the "1" object or port 1.
+  Event event_on_a(int code) {
+    const auto* info = ibev::find_event_type(code);
+    const ElementKind kind = info ? info->element : ElementKind::kDevice;
+    switch (kind) {
+      case ElementKind::kCq:
+        return Event::synthesize(&device_a, code, &cq1);
+      case ElementKind::kQp:
+        return Event::synthesize(&device_a, code, &qp1);
+      case ElementKind::kSrq:
+        return Event::synthesize(&device_a, code, &srq1);
+      case ElementKind::kWq:
+        return Event::synthesize(&device_a, code, &wq1);
+      case ElementKind::kPort:
+        return Event::synthesize(&device_a, code, ibev::Port{1});
+      case ElementKind::kDevice:
+        break;
+    }
+    return Event::synthesize(&device_a, code, ibev::WholeDevice{});
+  }
+};
+
+void expect_invalid(const std::function<void()>& call,
+                    const std::string& fragment) {
+  try {
+    call();
+    BOOST_ERROR("expected std::invalid_argument mentioning " + fragment);
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find(fragment) != std::string::npos,
+               "'" << e.what() << "' should mention '" << fragment << "'");
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(routing)
+
+BOOST_DATA_TEST_CASE(each_event_reaches_exactly_its_handlers,
+                     bdata::make(all_codes()), code) {
+  Fixture f;
+  const Event event = f.event_on_a(code);
+  std::map<std::string, int> expected;
+  switch (event.element_kind()) {
+    case ElementKind::kCq:
+      expected = {{"cq1", 1}};
+      break;
+    case ElementKind::kQp:
+      expected = {{"qp1", 1}};
+      break;
+    case ElementKind::kSrq:
+      expected = {{"srq1", 1}};
+      break;
+    case ElementKind::kWq:
+      expected = {{"wq1", 1}};
+      break;
+    case ElementKind::kPort:
+      expected = {{"a-all", 1}, {"a-port1", 1}};
+      break;
+    case ElementKind::kDevice:  // every port's listener hears a device event
+      expected = {{"a-all", 1}, {"a-port1", 1}, {"a-port2", 1}};
+      break;
+  }
+  const std::size_t ran = f.registry.route(event);
+  BOOST_TEST(ran == expected.size());
+  BOOST_TEST(f.calls == expected);
+
+  const auto counts = f.registry.counters(&f.device_a).for_code(code);
+  BOOST_TEST(counts.delivered == 1u);
+  BOOST_TEST(counts.unclaimed == 0u);
+  BOOST_TEST(f.registry.counters(&f.device_b).total().delivered == 0u);
+}
+
+BOOST_DATA_TEST_CASE(event_nobody_takes_is_unclaimed_and_counted,
+                     bdata::make(all_codes()), code) {
+  Fixture f;
+  f.attachments.clear();  // every handler and listener released
+  int unclaimed = 0;
+  Attachment observer =
+      f.registry.on_unclaimed([&](const Event& e) {
+        BOOST_TEST(e.code() == code);
+        ++unclaimed;
+      });
+  BOOST_TEST(f.registry.route(f.event_on_a(code)) == 0u);
+  BOOST_TEST(unclaimed == 1);
+  BOOST_TEST(f.calls.empty());
+  BOOST_TEST(f.registry.counters(&f.device_a).for_code(code).unclaimed == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(listeners_run_in_registration_order) {
+  Registry registry;
+  ibv_context device{};
+  std::vector<int> order;
+  std::vector<Attachment> held;
+  for (int i = 0; i < 5; ++i) {
+    held.push_back(
+        registry.listen(&device, [&order, i](const Event&) { order.push_back(i); }));
+  }
+  registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1}));
+  BOOST_TEST(order == (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+BOOST_AUTO_TEST_CASE(type_filters_select) {
+  Registry registry;
+  ibv_context device{};
+  ibv_srq srq{};
+  int port_changes = 0, limits = 0, srq_all = 0;
+  Attachment a = registry.listen(
+      &device, [&](const Event&) { ++port_changes; },
+      EventFilter{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE});
+  Attachment b = registry.attach(
+      &srq, [&](const Event&) { ++limits; },
+      EventFilter{IBV_EVENT_SRQ_LIMIT_REACHED});
+  Attachment c = registry.attach(&srq, [&](const Event&) { ++srq_all; });
+  registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
+  registry.route(Event::synthesize(&device, IBV_EVENT_GID_CHANGE, ibev::Port{1}));
+  registry.route(Event::synthesize(&device, IBV_EVENT_SRQ_ERR, &srq));
+  registry.route(Event::synthesize(&device, IBV_EVENT_SRQ_LIMIT_REACHED, &srq));
+  BOOST_TEST(port_changes == 1);
+  BOOST_TEST(limits == 1);
+  BOOST_TEST(srq_all == 2);
+}
+
+BOOST_AUTO_TEST_CASE(an_object_hears_its_events_after_a_sibling_leaves) {
+  Registry registry;
+  ibv_context device{};
+  ibv_qp qp{};
+  int first = 0, second = 0;
+  Attachment a = registry.attach(&qp, [&](const Event&) { ++first; });
+  Attachment b = registry.attach(&qp, [&](const Event&) { ++second; });
+  registry.route(Event::synthesize(&device, IBV_EVENT_COMM_EST, &qp));
+  a.release();
+  BOOST_TEST(!a.attached());
+  BOOST_TEST(b.attached());
+  registry.route(Event::synthesize(&device, IBV_EVENT_COMM_EST, &qp));
+  BOOST_TEST(first == 1);
+  BOOST_TEST(second == 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(resolve_then_deliver)
+
+BOOST_AUTO_TEST_CASE(handler_attached_after_resolve_does_not_hear_it) {
+  Registry registry;
+  ibv_context device{};
+  ibv_qp qp{};
+  int calls = 0, listener_calls = 0, unclaimed = 0;
+  Attachment observer = registry.on_unclaimed([&](const Event&) { ++unclaimed; });
+  const auto qp_delivery =
+      registry.resolve(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp));
+  const auto port_delivery = registry.resolve(
+      Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
+  Attachment late = registry.attach(&qp, [&](const Event&) { ++calls; });
+  Attachment late_listener =
+      registry.listen(&device, [&](const Event&) { ++listener_calls; });
+  BOOST_TEST(registry.deliver(qp_delivery) == 0u);
+  BOOST_TEST(registry.deliver(port_delivery) == 0u);
+  BOOST_TEST(calls == 0);
+  BOOST_TEST(listener_calls == 0);
+  BOOST_TEST(unclaimed == 2);
+}
+
+BOOST_AUTO_TEST_CASE(handler_released_after_resolve_does_not_hear_it) {
+  Registry registry;
+  ibv_context device{};
+  ibv_qp qp{};
+  int calls = 0, unclaimed = 0;
+  Attachment observer = registry.on_unclaimed([&](const Event&) { ++unclaimed; });
+  Attachment handler = registry.attach(&qp, [&](const Event&) { ++calls; });
+  const auto delivery =
+      registry.resolve(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp));
+  handler.release();
+  BOOST_TEST(registry.deliver(delivery) == 0u);
+  BOOST_TEST(calls == 0);
+  BOOST_TEST(unclaimed == 1);  // not lost
+}
+
+BOOST_AUTO_TEST_CASE(reused_address_never_hears_the_old_objects_event) {
+  // The dispatcher's case: an event for QP A is resolved and acked, QP A is
+  // destroyed, a new QP lands at the same address before delivery.
+  Registry registry;
+  ibv_context device{};
+  ibv_qp slot{};  // one address, two objects' lifetimes
+  int old_calls = 0, new_calls = 0;
+  Attachment old_handler =
+      registry.attach(&slot, [&](const Event&) { ++old_calls; });
+  const auto delivery =
+      registry.resolve(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &slot));
+  old_handler.release();  // old QP destroyed
+  Attachment new_handler =
+      registry.attach(&slot, [&](const Event&) { ++new_calls; });
+  registry.deliver(delivery);
+  BOOST_TEST(old_calls == 0);
+  BOOST_TEST(new_calls == 0);
+  registry.route(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &slot));
+  BOOST_TEST(new_calls == 1);
+}
+
+BOOST_AUTO_TEST_CASE(moved_from_delivery_is_rejected) {
+  Registry registry;
+  ibv_context device{};
+  auto delivery = registry.resolve(
+      Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
+  auto taken = std::move(delivery);
+  expect_invalid([&] { registry.deliver(delivery); }, "moved from");
+  BOOST_TEST(registry.deliver(taken) == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(release_rule)
+
+BOOST_AUTO_TEST_CASE(release_waits_for_a_running_handler) {
+  Registry registry;
+  ibv_context device{};
+  ibv_qp qp{};
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool entered = false, may_leave = false;
+  std::atomic<bool> handler_done{false}, release_returned{false};
+
+  Attachment handler = registry.attach(&qp, [&](const Event&) {
+    std::unique_lock<std::mutex> lock(mutex);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return may_leave; });
+    handler_done = true;
+  });
+  std::thread deliverer([&] {
+    registry.route(Event::synthesize(&device, IBV_EVENT_COMM_EST, &qp));
+  });
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return entered; });
+  }
+  std::thread releaser([&] {
+    handler.release();
+    // Must not be reached before the handler returned.
+    BOOST_TEST(handler_done.load());
+    release_returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  BOOST_TEST(!release_returned.load());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    may_leave = true;
+  }
+  cv.notify_all();
+  releaser.join();
+  deliverer.join();
+  BOOST_TEST(release_returned.load());
+}
+
+BOOST_AUTO_TEST_CASE(release_from_inside_the_handler_does_not_deadlock) {
+  Registry registry;
+  ibv_context device{};
+  ibv_cq cq{};
+  int calls = 0;
+  Attachment self;
+  self = registry.attach(&cq, [&](const Event&) {
+    ++calls;
+    self.release();
+  });
+  registry.route(Event::synthesize(&device, IBV_EVENT_CQ_ERR, &cq));
+  registry.route(Event::synthesize(&device, IBV_EVENT_CQ_ERR, &cq));
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(!self.attached());
+}
+
+BOOST_AUTO_TEST_CASE(listener_released_by_a_sibling_during_delivery_is_skipped) {
+  Registry registry;
+  ibv_context device{};
+  int second_calls = 0;
+  Attachment second;
+  Attachment first = registry.listen(&device, [&](const Event&) { second.release(); });
+  second = registry.listen(&device, [&](const Event&) { ++second_calls; });
+  BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR,
+                                              ibev::Port{1})) == 1u);
+  BOOST_TEST(second_calls == 0);
+}
+
+BOOST_AUTO_TEST_CASE(attachment_may_outlive_the_registry) {
+  Attachment survivor;
+  ibv_qp qp{};
+  {
+    Registry registry;
+    survivor = registry.attach(&qp, [](const Event&) {});
+  }
+  survivor.release();  // must not touch the destroyed registry
+  BOOST_TEST(!survivor.attached());
+}
+
+BOOST_AUTO_TEST_CASE(move_assignment_releases_the_old_handler) {
+  Registry registry;
+  ibv_context device{};
+  ibv_qp qp{};
+  int a = 0, b = 0;
+  Attachment handle = registry.attach(&qp, [&](const Event&) { ++a; });
+  handle = registry.attach(&qp, [&](const Event&) { ++b; });
+  registry.route(Event::synthesize(&device, IBV_EVENT_COMM_EST, &qp));
+  BOOST_TEST(a == 0);
+  BOOST_TEST(b == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(failures)
+
+BOOST_AUTO_TEST_CASE(throwing_handler_does_not_stop_delivery) {
+  Registry registry;
+  ibv_context device{};
+  int before = 0, after = 0;
+  std::vector<std::string> reported;
+  Attachment observer = registry.on_handler_failure(
+      [&](const Event& e, std::string_view what) {
+        BOOST_TEST(e.code() == IBV_EVENT_PORT_ERR);
+        reported.emplace_back(what);
+      });
+  Attachment a = registry.listen(&device, [&](const Event&) { ++before; });
+  Attachment b = registry.listen(
+      &device, [](const Event&) { throw std::runtime_error("handler broke"); });
+  Attachment c = registry.listen(&device, [&](const Event&) { ++after; });
+  Attachment d = registry.listen(&device, [](const Event&) { throw 7; });
+  for (int i = 0; i < 3; ++i) {
+    BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR,
+                                                ibev::Port{1})) == 4u);
+  }
+  BOOST_TEST(before == 3);
+  BOOST_TEST(after == 3);
+  BOOST_REQUIRE(reported.size() == 6u);
+  BOOST_TEST(reported[0] == "handler broke");
+  BOOST_TEST(reported[1] == "an exception not derived from std::exception");
+  const auto counts = registry.counters(&device).for_code(IBV_EVENT_PORT_ERR);
+  BOOST_TEST(counts.handler_failures == 6u);
+  BOOST_TEST(counts.delivered == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(throwing_object_handler_and_observer_are_counted) {
+  Registry registry;
+  ibv_context device{};
+  ibv_qp qp{};
+  int second = 0;
+  Attachment broken_observer = registry.on_handler_failure(
+      [](const Event&, std::string_view) { throw std::runtime_error("also"); });
+  Attachment a = registry.attach(
+      &qp, [](const Event&) { throw std::runtime_error("qp handler broke"); });
+  Attachment b = registry.attach(&qp, [&](const Event&) { ++second; });
+  registry.route(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp));
+  BOOST_TEST(second == 1);
+  // The handler's failure, and the observer's own.
+  BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_QP_FATAL)
+                 .handler_failures == 2u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(counters)
+
+BOOST_AUTO_TEST_CASE(unknown_codes_beyond_the_tracked_range_share_a_bucket) {
+  Registry registry;
+  ibv_context device{};
+  registry.route(Event::synthesize(&device, 1000, ibev::WholeDevice{}));
+  registry.route(Event::synthesize(&device, 2000, ibev::WholeDevice{}));
+  registry.route(Event::synthesize(&device, 31, ibev::WholeDevice{}));
+  const auto snapshot = registry.counters(&device);
+  BOOST_TEST(snapshot.for_code(1000).unclaimed == 2u);
+  BOOST_TEST(snapshot.for_code(31).unclaimed == 1u);
+  BOOST_TEST(snapshot.total().unclaimed == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(unseen_device_reads_zero) {
+  Registry registry;
+  ibv_context device{};
+  BOOST_TEST(registry.counters(&device).total().delivered == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(bad_input)
+
+BOOST_AUTO_TEST_CASE(null_objects_and_handlers) {
+  Registry registry;
+  ibv_context device{};
+  ibv_qp qp{};
+  auto noop = [](const Event&) {};
+  expect_invalid([&] { (void)registry.attach(static_cast<ibv_qp*>(nullptr), noop); },
+                 "Registry::attach(ibv_qp*): the object is null");
+  expect_invalid([&] { (void)registry.attach(&qp, ibev::Handler{}); },
+                 "the handler is empty");
+  expect_invalid([&] { (void)registry.listen(nullptr, noop); },
+                 "Registry::listen: the device is null");
+  expect_invalid([&] { (void)registry.listen(&device, ibev::Handler{}); },
+                 "the handler is empty");
+  expect_invalid([&] { (void)registry.on_unclaimed(ibev::Handler{}); },
+                 "the handler is empty");
+  expect_invalid([&] { (void)registry.on_handler_failure(ibev::FailureHandler{}); },
+                 "the handler is empty");
+  ibv_async_event raw{};
+  raw.event_type = IBV_EVENT_PORT_ERR;
+  raw.element.port_num = 1;
+  expect_invalid([&] { (void)registry.resolve(Event::from_async(nullptr, raw)); },
+                 "names no device");
+}
+
+BOOST_AUTO_TEST_CASE(filters_for_the_wrong_kind_of_object) {
+  Registry registry;
+  ibv_context device{};
+  ibv_qp qp{};
+  ibv_cq cq{};
+  auto noop = [](const Event&) {};
+  expect_invalid(
+      [&] { (void)registry.attach(&qp, noop, EventFilter{IBV_EVENT_CQ_ERR}); },
+      "IBV_EVENT_CQ_ERR is a cq event and never reaches a qp handler");
+  expect_invalid(
+      [&] { (void)registry.attach(&cq, noop, EventFilter{IBV_EVENT_PORT_ERR}); },
+      "IBV_EVENT_PORT_ERR is a port event");
+  expect_invalid(
+      [&] { (void)registry.attach(&cq, noop, EventFilter().on_port(1)); },
+      "a port filter means nothing");
+  expect_invalid(
+      [&] {
+        (void)registry.listen(&device, noop, EventFilter{IBV_EVENT_QP_FATAL});
+      },
+      "IBV_EVENT_QP_FATAL is a qp event; it reaches only that object's handlers");
+}
+
+BOOST_AUTO_TEST_CASE(empty_and_invalid_filters) {
+  expect_invalid([] { EventFilter empty{std::initializer_list<ibv_event_type>{}}; },
+                 "empty set of event types");
+  expect_invalid([] { EventFilter().on_port(0); }, "port numbers start at 1");
+  expect_invalid([] { EventFilter{static_cast<ibv_event_type>(25)}; },
+                 "25 is not an ibv_event_type");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -17,10 +17,16 @@ using ibev::Event;
 
 namespace {
 
-// Every rdma-core code, plus codes a newer kernel might send.
-std::vector<int> all_codes() {
+// Every rdma-core code.
+std::vector<int> known_codes() {
   std::vector<int> codes;
   for (int code = 0; code < 20; ++code) codes.push_back(code);
+  return codes;
+}
+
+// ... plus codes a newer kernel might send.
+std::vector<int> all_codes() {
+  std::vector<int> codes = known_codes();
   codes.insert(codes.end(), {20, 31, 42, 1000, -1});
   return codes;
 }
@@ -67,7 +73,7 @@ BOOST_DATA_TEST_CASE(names_match_ibv_event_type_str, bdata::make(all_codes()),
              ibv_event_type_str(static_cast<ibv_event_type>(code)));
 }
 
-BOOST_DATA_TEST_CASE(known_codes_have_severity, bdata::xrange(20), code) {
+BOOST_DATA_TEST_CASE(known_codes_have_severity, bdata::make(known_codes()), code) {
   const Event event = Event::from_async(fake_device(), raw_event(code));
   BOOST_TEST(event.known());
   BOOST_TEST(event.severity() != ibev::Severity::kUnknown);

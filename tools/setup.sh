@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package ibev needs on a fresh Debian 12 machine.
+# Idempotent: says nothing and changes nothing when everything is there.
+set -euo pipefail
+
+packages=(
+  # build and test
+  bazel-bootstrap g++ libibverbs-dev ibverbs-providers libboost-dev
+  libboost-test-dev
+  # soft-RoCE test VM and the real peers run inside it
+  qemu-system-x86 busybox-static kmod cpio iproute2 rdma-core ibverbs-utils
+  perftest
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null |
+      grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing ${missing[*]}"
+  "${sudo[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
+    --no-install-recommends "${missing[@]}"
+fi

@@ -39,13 +39,6 @@ struct CountRan {
   }
 };
 
-struct ObjectKeyHash {
-  std::size_t operator()(const ObjectKey& key) const noexcept {
-    return std::hash<const void*>{}(key.address) ^
-           static_cast<std::size_t>(key.kind);
-  }
-};
-
 }  // namespace
 
 class Reporter;
@@ -76,11 +69,7 @@ struct RegistryState {
   // attaching from many others rarely meet on one mutex.
   struct Shard {
     std::mutex mutex;
-    // Each list is immutable once published: resolve() copies the pointer,
-    // attach and release publish a new list.
-    std::unordered_map<ObjectKey, std::shared_ptr<const SlotList>,
-                       ObjectKeyHash>
-        objects;
+    ObjectTable<HandlerSet> objects;
   };
   static constexpr std::size_t kShards = 64;
 
@@ -104,16 +93,20 @@ struct RegistryState {
   void remove_object(const ObjectKey& key, const CallGuard* guard) {
     Shard& shard = shard_for(key);
     std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.objects.find(key);
-    if (it == shard.objects.end()) return;
-    auto rest = std::make_shared<SlotList>();
-    for (const auto& slot : *it->second) {
-      if (&slot->guard != guard) rest->push_back(slot);
+    HandlerSet* set = shard.objects.find(key);
+    if (set == nullptr) return;
+    if (set->only) {
+      if (&set->only->guard == guard) shard.objects.erase(key);
+      return;
     }
-    if (rest->empty()) {
-      shard.objects.erase(it);
+    SlotList rest;
+    for (const auto& slot : *set->several) {
+      if (&slot->guard != guard) rest.push_back(slot);
+    }
+    if (rest.size() == 1) {
+      *set = HandlerSet{rest.front(), nullptr};
     } else {
-      it->second = std::move(rest);
+      set->several = std::make_shared<const SlotList>(std::move(rest));
     }
   }
 
@@ -331,14 +324,19 @@ Attachment Registry::attach_object(const char* verb, ObjectKey key,
   auto& shard = state_->shard_for(key);
   {
     std::lock_guard<std::mutex> lock(shard.mutex);
-    auto& list = shard.objects[key];
-    auto next = std::make_shared<detail::SlotList>();
-    if (list) {
-      next->reserve(list->size() + 1);
-      *next = *list;
+    detail::HandlerSet& set = shard.objects[key];
+    if (!set.only && !set.several) {
+      set.only = slot;
+    } else {
+      detail::SlotList next;
+      if (set.only) {
+        next.push_back(std::move(set.only));
+      } else {
+        next = *set.several;
+      }
+      next.push_back(slot);
+      set.several = std::make_shared<const detail::SlotList>(std::move(next));
     }
-    next->push_back(slot);
-    list = std::move(next);
   }
   return Attachment(std::shared_ptr<CallGuard>(slot, &slot->guard), state_,
                     key, {});
@@ -421,8 +419,9 @@ Delivery Registry::resolve(const Event& event) const {
     const ObjectKey key{event.object(), event.element_kind()};
     auto& shard = state_->shard_for(key);
     std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.objects.find(key);
-    if (it != shard.objects.end()) delivery.object_handlers_ = it->second;
+    if (const detail::HandlerSet* set = shard.objects.find(key)) {
+      delivery.object_handlers_ = *set;
+    }
   } else {
     delivery.listener_epoch_ = delivery.device_->epoch.load();
   }
@@ -438,14 +437,19 @@ std::size_t Registry::deliver(const Delivery& delivery) {
   detail::DeviceState& device = *delivery.device_;
   detail::Reporter reporter(*state_, device);
 
+  auto run = [&](detail::ObjectSlot& slot) -> std::size_t {
+    if (!slot.filter.matches(event)) return 0;
+    return detail::run_guarded(
+        slot.guard, [&] { slot.handler(event); },
+        [&](std::string_view what) { reporter.handler_failed(event, what); });
+  };
+
   std::size_t ran = 0;
-  if (delivery.object_handlers_) {
-    for (const auto& slot : *delivery.object_handlers_) {
-      if (!slot->filter.matches(event)) continue;
-      ran += detail::run_guarded(
-          slot->guard, [&] { slot->handler(event); },
-          [&](std::string_view what) { reporter.handler_failed(event, what); });
-    }
+  const detail::HandlerSet& handlers = delivery.object_handlers_;
+  if (handlers.only) {
+    ran = run(*handlers.only);
+  } else if (handlers.several) {
+    for (const auto& slot : *handlers.several) ran += run(*slot);
   } else if (!is_object(event.element_kind())) {
     ran = device.listeners(event, delivery.listener_epoch_, reporter);
   }

@@ -43,6 +43,7 @@
 
 #include "core/event.h"
 #include "core/event_filter.h"
+#include "core/object_table.h"
 
 namespace ibev {
 
@@ -56,12 +57,12 @@ struct DeviceState;
 struct ObjectSlot;
 struct RegistryState;
 
-struct ObjectKey {
-  const void* address;
-  ElementKind kind;
-  friend bool operator==(const ObjectKey& a, const ObjectKey& b) {
-    return a.address == b.address && a.kind == b.kind;
-  }
+// An object's handlers, immutable once published (resolve() copies it; attach
+// and release publish a new one). One handler, by far the common case, is held
+// without a list: routing then touches one allocation, not three.
+struct HandlerSet {
+  std::shared_ptr<ObjectSlot> only;
+  std::shared_ptr<const std::vector<std::shared_ptr<ObjectSlot>>> several;
 };
 }  // namespace detail
 
@@ -105,8 +106,7 @@ class Delivery {
   explicit Delivery(const Event& event) noexcept;
 
   Event event_;
-  std::shared_ptr<const std::vector<std::shared_ptr<detail::ObjectSlot>>>
-      object_handlers_;
+  detail::HandlerSet object_handlers_;
   std::shared_ptr<detail::DeviceState> device_;
   std::uint64_t listener_epoch_ = 0;
 };

@@ -27,87 +27,102 @@ ibv_qp* fake_qp(std::size_t i) {
 
 std::size_t heap_in_use() { return mallinfo2().uordblks; }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 template <typename Fn>
-double median_ns_per_op(std::size_t ops, Fn&& fn) {
-  std::vector<double> runs;
-  for (int r = 0; r < 5; ++r) {
-    const auto start = Clock::now();
-    fn();
-    const std::chrono::duration<double, std::nano> took = Clock::now() - start;
-    runs.push_back(took.count() / static_cast<double>(ops));
-  }
-  std::sort(runs.begin(), runs.end());
-  return runs[runs.size() / 2];
+double ns_per_op(std::size_t ops, Fn&& fn) {
+  const auto start = Clock::now();
+  fn();
+  const std::chrono::duration<double, std::nano> took = Clock::now() - start;
+  return took.count() / static_cast<double>(ops);
 }
 
 std::uint64_t g_sink = 0;
 
-struct RouteFigures {
-  double same_hot_ns;       // the same <=1k objects take the events
-  double scattered_hot_ns;  // 1k objects picked at random among all
-  double uniform_ns;        // events spread over every object
-};
-
-// Registers `objects` QPs, one handler each; the first min(objects, 1000)
-// are registered first, so that they are the same objects (and the same
-// memory) whatever the registry's size: what differs is only how many others
-// the registry holds.
-RouteFigures route_cost(std::size_t objects) {
-  ibev::Registry registry;
-  ibv_context device{};
-  std::vector<ibev::Attachment> held;
-  held.reserve(objects);
-  for (std::size_t i = 0; i < objects; ++i) {
-    held.push_back(registry.attach(fake_qp(i), [](const ibev::Event& e) {
-      g_sink += static_cast<std::uint64_t>(e.code());
-    }));
+// A registry of `objects` QPs, one handler each, and three event streams:
+// on the first min(objects, 1000) objects (registered first, so that they are
+// the same objects, in the same memory, whatever the registry's size), on 1k
+// objects picked at random, and on all of them.
+class RouteCase {
+ public:
+  explicit RouteCase(std::size_t objects) {
+    held_.reserve(objects);
+    for (std::size_t i = 0; i < objects; ++i) {
+      held_.push_back(registry_.attach(fake_qp(i), [](const ibev::Event& e) {
+        g_sink += static_cast<std::uint64_t>(e.code());
+      }));
+    }
+    std::mt19937_64 rng(objects);
+    const std::size_t hot = std::min<std::size_t>(objects, 1000);
+    std::vector<std::size_t> first(hot), scattered(hot), all(objects);
+    for (std::size_t i = 0; i < hot; ++i) {
+      first[i] = i;
+      scattered[i] = rng() % objects;
+    }
+    for (std::size_t i = 0; i < objects; ++i) all[i] = i;
+    same_hot_ = events_over(first, rng);
+    scattered_hot_ = events_over(scattered, rng);
+    uniform_ = events_over(all, rng);
   }
-  std::mt19937_64 rng(42);
-  constexpr std::size_t kEvents = 1 << 20;
-  auto events_over = [&](const std::vector<std::size_t>& pool) {
+
+  double route(const std::vector<ibev::Event>& events) {
+    return ns_per_op(events.size(), [&] {
+      for (const auto& e : events) registry_.route(e);
+    });
+  }
+
+  std::vector<ibev::Event> same_hot_, scattered_hot_, uniform_;
+
+ private:
+  std::vector<ibev::Event> events_over(const std::vector<std::size_t>& pool,
+                                       std::mt19937_64& rng) {
+    constexpr std::size_t kEvents = 1 << 19;
     std::vector<ibev::Event> events;
     events.reserve(kEvents);
     for (std::size_t i = 0; i < kEvents; ++i) {
       events.push_back(ibev::Event::synthesize(
-          &device, IBV_EVENT_COMM_EST, fake_qp(pool[rng() % pool.size()])));
+          &device_, IBV_EVENT_COMM_EST, fake_qp(pool[rng() % pool.size()])));
     }
     return events;
-  };
-  auto run = [&](const std::vector<std::size_t>& pool) {
-    const auto events = events_over(pool);
-    return median_ns_per_op(events.size(), [&] {
-      for (const auto& e : events) registry.route(e);
-    });
-  };
-  const std::size_t hot = std::min<std::size_t>(objects, 1000);
-  std::vector<std::size_t> first(hot), scattered(hot), all(objects);
-  for (std::size_t i = 0; i < hot; ++i) {
-    first[i] = i;
-    scattered[i] = rng() % objects;
   }
-  for (std::size_t i = 0; i < objects; ++i) all[i] = i;
-  return {run(first), run(scattered), run(all)};
-}
+
+  ibev::Registry registry_;
+  ibv_context device_{};
+  std::vector<ibev::Attachment> held_;
+};
 
 }  // namespace
 
 int main() {
-  std::printf("ibev registry benchmark (one handler per object; median of 5)\n\n");
+  std::printf("ibev registry benchmark (one handler per object; medians of 9 interleaved rounds)\n\n");
 
-  const RouteFigures one = route_cost(1);
-  const RouteFigures thousand = route_cost(1000);
-  const RouteFigures million = route_cost(1'000'000);
-  std::printf("route+deliver, ns/event, events on the same 1k objects, registry holding:\n");
-  std::printf("  1 object     %7.1f   (events on that one)\n", one.same_hot_ns);
-  std::printf("  1k objects   %7.1f   (baseline)\n", thousand.same_hot_ns);
-  std::printf("  1M objects   %7.1f   ratio to 1k: %.2f  (target <= 1.20)\n",
-              million.same_hot_ns, million.same_hot_ns / thousand.same_hot_ns);
-  std::printf("route+deliver, ns/event, other working sets at 1M objects (memory locality, not lookup):\n");
-  std::printf("  1k hot objects scattered among 1M   %7.1f   ratio to 1k: %.2f\n",
-              million.scattered_hot_ns,
-              million.scattered_hot_ns / thousand.same_hot_ns);
-  std::printf("  events spread over all 1M           %7.1f   ratio to 1k: %.2f\n\n",
-              million.uniform_ns, million.uniform_ns / thousand.same_hot_ns);
+  {
+    // All three alive at once and measured in turn, so that the machine's
+    // drift during the run falls on each of them alike.
+    RouteCase one(1), thousand(1000), million(1'000'000);
+    std::vector<double> t1, t1k, t1m, scattered, uniform;
+    for (int round = 0; round < 9; ++round) {
+      t1.push_back(one.route(one.same_hot_));
+      t1k.push_back(thousand.route(thousand.same_hot_));
+      t1m.push_back(million.route(million.same_hot_));
+      scattered.push_back(million.route(million.scattered_hot_));
+      uniform.push_back(million.route(million.uniform_));
+    }
+    const double base = median(t1k);
+    std::printf("route+deliver, ns/event, events on the same 1k objects, registry holding:\n");
+    std::printf("  1 object     %7.1f   (events on that one)\n", median(t1));
+    std::printf("  1k objects   %7.1f   (baseline)\n", base);
+    std::printf("  1M objects   %7.1f   ratio to 1k: %.2f  (target <= 1.20)\n",
+                median(t1m), median(t1m) / base);
+    std::printf("route+deliver, ns/event, other working sets at 1M objects (memory locality, not lookup):\n");
+    std::printf("  1k hot objects scattered among 1M   %7.1f   ratio to 1k: %.2f\n",
+                median(scattered), median(scattered) / base);
+    std::printf("  events spread over all 1M           %7.1f   ratio to 1k: %.2f\n\n",
+                median(uniform), median(uniform) / base);
+  }
 
   // Attach and release, each measured over a registry growing to 1M objects.
   {

@@ -29,3 +29,6 @@ if ((${#missing[@]} > 0)); then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
     --no-install-recommends "${missing[@]}"
 fi
+
+# The soft-RoCE VM's kernel, for hosts whose kernel has no rdma_rxe.
+"$(dirname "$0")/softroce/fetch_kernel.sh"

@@ -1,0 +1,155 @@
+#include "tests/softroce/rdma_fixture.h"
+
+#include <fcntl.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
+#include <system_error>
+#include <ostream>
+#include <thread>
+
+#include "core/event.h"
+
+namespace ibev::testing {
+namespace {
+
+[[noreturn]] void throw_errno(const char* verb, int error) {
+  throw std::system_error(error, std::generic_category(), verb);
+}
+
+void modify(ibv_qp* qp, ibv_qp_attr& attr, int mask, const char* step) {
+  // ibv_modify_qp returns the errno value itself.
+  if (int rc = ibv_modify_qp(qp, &attr, mask); rc != 0) {
+    throw_errno(step, rc);
+  }
+}
+
+}  // namespace
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+void run_command(const std::string& command) {
+  const int status = std::system(command.c_str());
+  if (status != 0) {
+    throw std::runtime_error("command failed (status " +
+                             std::to_string(status) + "): " + command);
+  }
+}
+
+ContextPtr open_device(const std::string& name) {
+  int count = 0;
+  std::unique_ptr<ibv_device*, void (*)(ibv_device**)> list(
+      ibv_get_device_list(&count), ibv_free_device_list);
+  if (!list) throw_errno("ibv_get_device_list", errno);
+  for (int i = 0; i < count; ++i) {
+    if (name == ibv_get_device_name(list.get()[i])) {
+      ContextPtr context(ibv_open_device(list.get()[i]));
+      if (!context) throw_errno("ibv_open_device", errno);
+      return context;
+    }
+  }
+  throw std::runtime_error("no RDMA device named " + name);
+}
+
+void connect_rc_pair(ibv_qp* a, ibv_qp* b) {
+  ibv_port_attr port{};
+  if (int rc = ibv_query_port(a->context, 1, &port); rc != 0) {
+    throw_errno("ibv_query_port", rc);
+  }
+  ibv_gid gid{};
+  if (ibv_query_gid(a->context, 1, 0, &gid) != 0) {
+    throw_errno("ibv_query_gid", errno);
+  }
+  for (ibv_qp* qp : {a, b}) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.pkey_index = 0;
+    attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    modify(qp, attr,
+           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+           "ibv_modify_qp(INIT)");
+  }
+  for (auto [qp, peer] : {std::pair{a, b}, std::pair{b, a}}) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = port.active_mtu;
+    attr.dest_qp_num = peer->qp_num;
+    attr.rq_psn = 0;
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 12;
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.grh.dgid = gid;
+    attr.ah_attr.grh.sgid_index = 0;
+    attr.ah_attr.grh.hop_limit = 1;
+    attr.ah_attr.port_num = 1;
+    modify(qp, attr,
+           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+               IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+               IBV_QP_MIN_RNR_TIMER,
+           "ibv_modify_qp(RTR)");
+  }
+  for (ibv_qp* qp : {a, b}) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTS;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.sq_psn = 0;
+    attr.max_rd_atomic = 1;
+    modify(qp, attr,
+           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+               IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+           "ibv_modify_qp(RTS)");
+  }
+}
+
+std::ostream& operator<<(std::ostream& out, const Seen& seen) {
+  return out << ibv_event_type_str(static_cast<ibv_event_type>(seen.code))
+             << " on port " << seen.port;
+}
+
+void make_async_fd_nonblocking(ibv_context* context) {
+  const int flags = ::fcntl(context->async_fd, F_GETFL);
+  if (flags < 0 || ::fcntl(context->async_fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    throw_errno("fcntl(async_fd, O_NONBLOCK)", errno);
+  }
+}
+
+std::vector<Seen> read_events(ibv_context* context,
+                              std::chrono::milliseconds quiet,
+                              std::chrono::milliseconds limit) {
+  std::vector<Seen> seen;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{context->async_fd, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(quiet.count())) <= 0) break;
+    ibv_async_event raw;
+    if (ibv_get_async_event(context, &raw) != 0) continue;  // EAGAIN
+    const ibev::Event event = ibev::Event::from_async(context, raw);
+    ibv_ack_async_event(&raw);
+    seen.push_back({event.code(), event.port().value_or(-1)});
+  }
+  return seen;
+}
+
+std::vector<ibv_wc> poll_completions(ibv_cq* cq, std::size_t count,
+                                     std::chrono::milliseconds timeout) {
+  std::vector<ibv_wc> got;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (got.size() < count && std::chrono::steady_clock::now() < deadline) {
+    ibv_wc wc[8];
+    const int n = ibv_poll_cq(cq, 8, wc);
+    if (n < 0) throw std::runtime_error("ibv_poll_cq failed");
+    got.insert(got.end(), wc, wc + n);
+    if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return got;
+}
+
+}  // namespace ibev::testing

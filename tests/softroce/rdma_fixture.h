@@ -1,0 +1,84 @@
+// Raw-verbs helpers for the soft-RoCE tests: RAII ownership of what a test
+// opens, the device the harness made (IBEV_TEST_DEVICE), and shell commands
+// that change its netdev. Failures throw std::system_error naming the verb.
+#ifndef IBEV_TESTS_SOFTROCE_RDMA_FIXTURE_H_
+#define IBEV_TESTS_SOFTROCE_RDMA_FIXTURE_H_
+
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ibev::testing {
+
+// The variable's value, or `fallback` when it is unset.
+std::string env_or(const char* name, const char* fallback);
+
+// The device and netdev the harness created.
+inline std::string test_device() { return env_or("IBEV_TEST_DEVICE", "rxe0"); }
+inline std::string test_netdev() { return env_or("IBEV_TEST_NETDEV", "d0"); }
+// The second device and its netdev (softroce_test with devices = 2).
+inline std::string test_device2() { return env_or("IBEV_TEST_DEVICE2", "rxe1"); }
+inline std::string test_netdev2() { return env_or("IBEV_TEST_NETDEV2", "v1"); }
+
+// Runs `command` through /bin/sh; throws std::runtime_error with its exit
+// status when it fails.
+void run_command(const std::string& command);
+
+struct ContextDeleter {
+  void operator()(ibv_context* c) const noexcept { ibv_close_device(c); }
+};
+struct PdDeleter {
+  void operator()(ibv_pd* p) const noexcept { ibv_dealloc_pd(p); }
+};
+struct CqDeleter {
+  void operator()(ibv_cq* c) const noexcept { ibv_destroy_cq(c); }
+};
+struct QpDeleter {
+  void operator()(ibv_qp* q) const noexcept { ibv_destroy_qp(q); }
+};
+struct MrDeleter {
+  void operator()(ibv_mr* m) const noexcept { ibv_dereg_mr(m); }
+};
+using ContextPtr = std::unique_ptr<ibv_context, ContextDeleter>;
+using PdPtr = std::unique_ptr<ibv_pd, PdDeleter>;
+using CqPtr = std::unique_ptr<ibv_cq, CqDeleter>;
+using QpPtr = std::unique_ptr<ibv_qp, QpDeleter>;
+using MrPtr = std::unique_ptr<ibv_mr, MrDeleter>;
+
+// Opens the device called `name`; throws when there is none.
+ContextPtr open_device(const std::string& name);
+
+// Moves two RC QPs of one device, port 1, through INIT, RTR and RTS, each
+// connected to the other over GID index 0 (loopback through the device).
+void connect_rc_pair(ibv_qp* a, ibv_qp* b);
+
+// An async event as a test compares it: its code and port (-1 for none).
+struct Seen {
+  int code;
+  int port;
+  friend bool operator==(const Seen& a, const Seen& b) {
+    return a.code == b.code && a.port == b.port;
+  }
+};
+std::ostream& operator<<(std::ostream& out, const Seen& seen);
+
+void make_async_fd_nonblocking(ibv_context* context);
+
+// Reads (and acks) async events until `quiet` passes without one, or `limit`
+// passes. The async fd must be non-blocking.
+std::vector<Seen> read_events(ibv_context* context,
+                              std::chrono::milliseconds quiet,
+                              std::chrono::milliseconds limit);
+
+// Polls `cq` until `count` completions arrived or `timeout` passed; returns
+// what arrived.
+std::vector<ibv_wc> poll_completions(ibv_cq* cq, std::size_t count,
+                                     std::chrono::milliseconds timeout);
+
+}  // namespace ibev::testing
+
+#endif  // IBEV_TESTS_SOFTROCE_RDMA_FIXTURE_H_

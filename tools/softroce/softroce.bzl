@@ -1,0 +1,27 @@
+"""softroce_test: runs a test binary against a real soft-RoCE device."""
+
+def softroce_test(name, binary, devices = 1, args = [], size = "medium", tags = [], **kwargs):
+    """A test target running `binary` against rdma_rxe.
+
+    On the host when it can make rxe devices, otherwise in a throwaway qemu VM
+    on Debian's stock kernel (tools/softroce/softroce_run.sh says how). The
+    binary's exit status, output and Boost.Test JUnit report are the test's.
+
+    Args:
+      name: the test's name.
+      binary: a cc_binary label (testonly) using Boost.Test.
+      devices: 1 for rxe0 on a dummy netdev; 2 adds rxe1 across a veth pair.
+      args: passed to the binary.
+      size: the Bazel test size; medium allows 300 s, well above a VM run.
+      tags: added to "softroce".
+      **kwargs: passed to sh_test.
+    """
+    native.sh_test(
+        name = name,
+        srcs = ["//tools/softroce:softroce_run.sh"],
+        args = ["--devices", str(devices), "--", "$(rootpath %s)" % binary] + args,
+        data = [binary, "//tools/softroce:guest_files"],
+        size = size,
+        tags = tags + ["softroce"],
+        **kwargs
+    )

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Runs a test binary against a soft-RoCE (rdma_rxe) device.
+#
+#   softroce_run.sh [--devices 1|2] -- BINARY [ARGS...]
+#
+# Where the host can create rxe devices (root, rdma_rxe loadable) they are made
+# on the host; otherwise a throwaway VM boots Debian's stock kernel under qemu
+# (TCG) with the host's root shared read-only, and the binary runs there as
+# root. Either way the binary sees:
+#   IBEV_TEST_DEVICE   rxe0, on netdev IBEV_TEST_NETDEV (dummy d0, or veth v0)
+#   IBEV_TEST_DEVICE2  rxe1, on netdev IBEV_TEST_NETDEV2, veth v1 (--devices 2)
+# and its exit status, output and JUnit report (for Bazel's test.xml) come
+# back as if it had run here. Every wait is bounded; a failure says what broke.
+#
+# Environment: IBEV_SOFTROCE=auto|host|vm (default auto), IBEV_VM_TIMEOUT
+# (seconds the guest may run, default 240), IBEV_CACHE (kernel cache root).
+set -uo pipefail
+
+# Under `bazel test` this script runs under the test's name, elsewhere in the
+# tree: its companions are found through the runfiles.
+if [[ -n ${TEST_SRCDIR:-} && -f $TEST_SRCDIR/ibev/tools/softroce/guest_init.sh ]]; then
+  here=$TEST_SRCDIR/ibev/tools/softroce
+else
+  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+fi
+[[ -f $here/guest_init.sh ]] || { echo "softroce: guest_init.sh not found beside $0" >&2; exit 2; }
+devices=1
+while [[ $# -gt 0 && $1 != -- ]]; do
+  case $1 in
+    --devices) devices=$2; shift 2 ;;
+    *) echo "softroce_run: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+shift
+[[ $# -ge 1 ]] || { echo "softroce_run: no binary given" >&2; exit 2; }
+[[ $devices == 1 || $devices == 2 ]] || { echo "softroce_run: --devices is 1 or 2" >&2; exit 2; }
+
+binary=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+shift
+mode=${IBEV_SOFTROCE:-auto}
+timeout_s=${IBEV_VM_TIMEOUT:-240}
+cache=${IBEV_CACHE:-/var/cache/ibev}/kernel
+work=${TEST_TMPDIR:-$(mktemp -d)}/softroce
+rm -rf "$work" && mkdir -p "$work"
+
+# The commands that make the devices, as root, wherever the test runs.
+# Addresses stay in fd00::/8; nothing here reaches beyond the machine.
+write_device_setup() {
+  echo 'ip link set lo up || { echo "softroce: cannot bring lo up"; exit 97; }'
+  if [[ $devices == 1 ]]; then
+    cat <<'SETUP'
+ip link add d0 type dummy && ip link set d0 up &&
+  rdma link add rxe0 type rxe netdev d0 || { echo "softroce: cannot create rxe0 on dummy d0"; exit 97; }
+export IBEV_TEST_DEVICE=rxe0 IBEV_TEST_NETDEV=d0
+SETUP
+  else
+    # Both ends in one namespace: rdma_rxe on 6.1 listens in the initial
+    # namespace only. The two devices share carrier (port) events; packets
+    # between them would go through lo, which rxe ignores, so traffic tests
+    # use one device's loopback.
+    cat <<'SETUP'
+ip link add v0 type veth peer name v1 &&
+  ip addr add fd00::1/64 dev v0 nodad && ip addr add fd00::2/64 dev v1 nodad &&
+  ip link set v0 up && ip link set v1 up &&
+  rdma link add rxe0 type rxe netdev v0 && rdma link add rxe1 type rxe netdev v1 ||
+  { echo "softroce: cannot create rxe0/rxe1 on the veth pair v0/v1"; exit 97; }
+export IBEV_TEST_DEVICE=rxe0 IBEV_TEST_NETDEV=v0 IBEV_TEST_DEVICE2=rxe1 IBEV_TEST_NETDEV2=v1
+SETUP
+  fi
+}
+
+# The job: make the devices, then run the binary where Bazel would have, with
+# Bazel's test environment and a JUnit report in the results folder.
+write_job() {
+  local results=$1
+  shift
+  {
+    echo "#!/bin/bash"
+    echo "set -u"
+    echo "export PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+    write_device_setup
+    local var
+    for var in $(compgen -e); do
+      case $var in
+        TEST_*|RUNFILES_*|BOOST_TEST_*|IBEV_*|LANG) printf 'export %s=%q\n' "$var" "${!var}" ;;
+      esac
+    done
+    printf 'export TEST_TMPDIR=%q\n' "$results/tmp"
+    printf 'mkdir -p %q\n' "$results/tmp"
+    printf 'export BOOST_TEST_LOGGER=%q\n' "HRF,error,stdout:JUNIT,message,$results/junit.xml"
+    printf 'cd %q || exit 98\n' "$PWD"
+    printf 'exec %q' "$binary"
+    local arg
+    for arg in "$@"; do printf ' %q' "$arg"; done
+    echo
+  } >"$results/job.sh"
+}
+
+# Hands a JUnit report to Bazel, which otherwise writes its own test.xml.
+keep_junit() {
+  if [[ -n ${XML_OUTPUT_FILE:-} && -s $1/junit.xml ]]; then
+    cp "$1/junit.xml" "$XML_OUTPUT_FILE"
+  fi
+}
+
+host_can_run() {
+  [[ $(id -u) -eq 0 ]] || return 1
+  [[ -d /sys/module/rdma_rxe ]] || modprobe rdma_rxe 2>/dev/null || return 1
+  command -v rdma >/dev/null || return 1
+}
+
+run_on_host() {
+  echo "softroce: running on this host's kernel (rdma_rxe loaded)"
+  # A network namespace of its own, so that the devices made for the test
+  # never meet the host's interfaces and vanish with the test.
+  local netns=ibev-test-$$
+  ip netns add "$netns" || { echo "softroce: cannot create netns $netns"; return 1; }
+  write_job "$work" "$@"
+  ip netns exec "$netns" bash "$work/job.sh"
+  local rc=$?
+  # rxe devices on netdevs of the namespace go with it.
+  ip netns exec "$netns" rdma link delete rxe0 2>/dev/null
+  ip netns exec "$netns" rdma link delete rxe1 2>/dev/null
+  ip netns delete "$netns" 2>/dev/null
+  keep_junit "$work"
+  return "$rc"
+}
+
+run_in_vm() {
+  command -v qemu-system-x86_64 >/dev/null ||
+    { echo "softroce: qemu-system-x86_64 is missing (tools/setup.sh installs qemu-system-x86)"; return 1; }
+  [[ -f $cache/ready ]] ||
+    { echo "softroce: no kernel in $cache (tools/setup.sh fetches it)"; return 1; }
+  [[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 ||
+    { echo "softroce: /bin/busybox is missing (busybox-static)"; return 1; }
+
+  # The initramfs (busybox, the modules, the init script), built once per
+  # content and kept beside the kernel; uncompressed, as TCG unpacks gzip slowly.
+  local key initramfs
+  key=$(cat "$here/guest_init.sh" "$cache/modules/order" /bin/busybox "$cache/ready" |
+    md5sum | cut -c1-12) || { echo "softroce: cannot read the guest files"; return 1; }
+  initramfs=$cache/initramfs-$key.cpio
+  if [[ ! -f $initramfs ]]; then
+    (
+      set -e
+      local initrd=$work/initramfs
+      mkdir -p "$initrd/bin" "$initrd/modules" "$initrd/proc" "$initrd/sys" "$initrd/dev"
+      cp /bin/busybox "$initrd/bin/busybox"
+      cp "$cache"/modules/* "$initrd/modules/"
+      cp "$here/guest_init.sh" "$initrd/init"
+      chmod +x "$initrd/init"
+      cd "$initrd"
+      find . | cpio -o -H newc --quiet >"$work/initramfs.cpio"
+      mv "$work/initramfs.cpio" "$initramfs"
+    ) || { echo "softroce: cannot build the initramfs in $cache"; return 1; }
+  fi
+
+  local results=$work/results
+  mkdir -p "$results"
+  write_job "$results" "$@"
+
+  local started=$SECONDS
+  timeout --kill-after=5 "$timeout_s" qemu-system-x86_64 \
+    -accel tcg -cpu qemu64 -smp 1 -m 2048 -nodefaults \
+    -display none -monitor none -serial "file:$work/console.log" \
+    -no-reboot -nic none \
+    -kernel "$cache/vmlinuz" -initrd "$initramfs" \
+    -append "console=ttyS0 quiet panic=-1 mitigations=off no_timer_check tsc=reliable lpj=5000000 8250.nr_uarts=1 ibev.results=$results" \
+    -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
+    -virtfs "local,path=$results,mount_tag=results,security_model=none,multidevs=remap" \
+    >"$work/qemu.log" 2>&1
+  local qemu_rc=$?
+  local took=$((SECONDS - started))
+
+  [[ -f $results/job.log ]] && cat "$results/job.log"
+  keep_junit "$results"
+  if [[ -f $results/job_rc ]]; then
+    local rc
+    rc=$(cat "$results/job_rc")
+    echo "softroce: VM ran the test in ${took}s (exit $rc)"
+    return "$rc"
+  fi
+  if [[ -f $results/vm_error ]]; then
+    echo "softroce: the VM failed: $(cat "$results/vm_error")"
+  elif [[ $qemu_rc -eq 124 || $qemu_rc -eq 137 ]]; then
+    echo "softroce: guest timeout after ${timeout_s}s"
+  elif [[ ! -f $results/vm_booted ]]; then
+    echo "softroce: the VM did not boot (qemu exit $qemu_rc)"
+    tail -n 20 "$work/qemu.log"
+  else
+    echo "softroce: the VM stopped before the test finished (qemu exit $qemu_rc)"
+  fi
+  echo "---- last lines of the guest console ----"
+  tail -n 30 "$work/console.log" 2>/dev/null
+  return 1
+}
+
+case $mode in
+  host) run_on_host "$@" ;;
+  vm) run_in_vm "$@" ;;
+  auto) if host_can_run; then run_on_host "$@"; else run_in_vm "$@"; fi ;;
+  *) echo "softroce: IBEV_SOFTROCE is auto, host or vm, not $mode"; exit 2 ;;
+esac

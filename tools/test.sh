@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 tools/setup.sh || { echo "tests: setup failed"; exit 1; }
 
-unit_tests=(//tests/core/...)
+unit_tests=(//tests/core/... //tests/dispatch/...)
 passed=0
 failed=0
 status=0

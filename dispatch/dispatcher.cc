@@ -1,0 +1,596 @@
+#include "dispatch/dispatcher.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/call_guard.h"
+
+namespace ibev {
+namespace detail {
+namespace {
+
+[[noreturn]] void throw_system_error(int error, const char* verb) {
+  throw std::system_error(error, std::generic_category(), verb);
+}
+
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Makes `fd` non-blocking; returns its previous flags, for restoring.
+int make_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) throw_system_error(errno, "fcntl(F_GETFL)");
+  if (::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    throw_system_error(errno, "fcntl(F_SETFL, O_NONBLOCK)");
+  }
+  return flags;
+}
+
+std::string describe(const char* what, const void* object) {
+  std::ostringstream out;
+  out << what << ' ' << object;
+  return out.str();
+}
+
+constexpr std::uint64_t kControlId = 0;
+
+}  // namespace
+
+// One fd in the epoll set. `guard` is held while the dispatcher serves it, so
+// that releasing its watch can wait until the dispatcher is done with it.
+struct Source {
+  enum class Kind { kDevice, kChannel };
+  Source(Kind k, std::uint64_t i, int f, int flags)
+      : kind(k), id(i), fd(f), original_flags(flags) {}
+  const Kind kind;
+  const std::uint64_t id;
+  const int fd;
+  const int original_flags;
+  CallGuard guard;
+};
+
+struct DeviceSource : Source {
+  DeviceSource(std::uint64_t id, ibv_context* d, int flags)
+      : Source(Kind::kDevice, id, d->async_fd, flags), device(d) {}
+  ibv_context* const device;
+};
+
+struct CqEntry {
+  CqEntry(ibv_cq* c, CompletionHandler h, CompletionOptions o)
+      : cq(c), handler(std::move(h)), options(o) {}
+  ibv_cq* const cq;
+  const CompletionHandler handler;
+  const CompletionOptions options;
+  CallGuard guard;              // held while re-arming and draining
+  unsigned unacked = 0;         // under the channel's mutex
+  std::atomic<std::uint64_t> events{0}, ack_calls{0}, empty_events{0},
+      completions{0};
+};
+
+struct ChannelSource : Source {
+  ChannelSource(std::uint64_t id, ibv_comp_channel* c, int flags)
+      : Source(Kind::kChannel, id, c->fd, flags), channel(c) {}
+  ibv_comp_channel* const channel;
+  // Taken around ibv_get_cq_event and the ack count, and by a release, so
+  // that a release sees every event read for its CQ and acks it.
+  std::mutex mutex;
+  std::unordered_map<ibv_cq*, std::shared_ptr<CqEntry>> cqs;
+};
+
+struct DispatcherState {
+  DispatcherState(Registry& r, Dispatcher::Options o)
+      : registry(r),
+        options(std::move(o)),
+        epoll(::epoll_create1(EPOLL_CLOEXEC)),
+        control(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (epoll.get() < 0) throw_system_error(errno, "epoll_create1");
+    if (control.get() < 0) throw_system_error(errno, "eventfd");
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = kControlId;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, control.get(), &event) < 0) {
+      throw_system_error(errno, "epoll_ctl(ADD eventfd)");
+    }
+    if (options.batch == 0) {
+      throw std::invalid_argument("Dispatcher: Options::batch must be at least 1");
+    }
+  }
+
+  void wake() noexcept {
+    const std::uint64_t one = 1;
+    // Only fails when the counter would overflow: it is readable anyway.
+    [[maybe_unused]] const auto ignored = ::write(control.get(), &one, sizeof one);
+  }
+
+  void report(const std::string& what) noexcept {
+    errors.fetch_add(1, std::memory_order_relaxed);
+    try {
+      if (options.on_error) {
+        options.on_error(what);
+      } else {
+        std::fprintf(stderr, "ibev dispatcher: %s\n", what.c_str());
+      }
+    } catch (...) {
+      std::fprintf(stderr, "ibev dispatcher: %s (on_error threw)\n", what.c_str());
+    }
+  }
+
+  std::shared_ptr<Source> find(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = sources.find(id);
+    return it == sources.end() ? nullptr : it->second;
+  }
+
+  // Takes the source out of the tables; the caller holds `mutex`.
+  std::shared_ptr<Source> take_locked(std::uint64_t id) {
+    auto it = sources.find(id);
+    if (it == sources.end()) return nullptr;
+    std::shared_ptr<Source> source = std::move(it->second);
+    sources.erase(it);
+    if (source->kind == Source::Kind::kDevice) {
+      devices.erase(static_cast<DeviceSource&>(*source).device);
+    } else {
+      channels.erase(static_cast<ChannelSource&>(*source).channel);
+    }
+    return source;
+  }
+
+  // Serves it no more, takes its fd out of the epoll set and gives the fd its
+  // flags back. The fd may be closed already (a device gone): then there is
+  // nothing to undo.
+  void retire(Source& source) noexcept {
+    source.guard.close();
+    ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, source.fd, nullptr);
+    ::fcntl(source.fd, F_SETFL, source.original_flags);
+  }
+
+  // take_locked() and retire(); returns the source (null if gone already) for
+  // the caller to wait until it is idle.
+  std::shared_ptr<Source> remove(std::uint64_t id) {
+    std::shared_ptr<Source> source;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      source = take_locked(id);
+    }
+    if (source) retire(*source);
+    return source;
+  }
+
+  Registry& registry;
+  const Dispatcher::Options options;
+  FileDescriptor epoll;
+  FileDescriptor control;
+
+  std::mutex mutex;  // the tables and the injection queue
+  std::uint64_t next_id = kControlId + 1;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Source>> sources;
+  std::unordered_map<ibv_context*, std::uint64_t> devices;
+  std::unordered_map<ibv_comp_channel*, std::shared_ptr<ChannelSource>> channels;
+  std::deque<Delivery> injected_queue;
+
+  std::atomic<bool> stop_requested{false};
+  std::atomic<bool> driving{false};  // a thread is inside run_once
+  std::atomic<std::thread::id> dispatcher_thread{};
+
+  std::atomic<std::uint64_t> async_events{0}, injected{0}, devices_lost{0},
+      completion_events{0}, cq_ack_calls{0}, empty_completion_events{0},
+      work_completions{0}, errors{0};
+};
+
+namespace {
+
+void deliver_guarded(DispatcherState& state, const Delivery& delivery) {
+  try {
+    state.registry.deliver(delivery);
+  } catch (const std::exception& e) {
+    state.report(std::string("Registry::deliver: ") + e.what());
+  }
+}
+
+void lose_device(DispatcherState& state, DeviceSource& source,
+                 const std::string& why) {
+  state.report(describe("async fd of device", source.device) + " failed (" +
+               why + "); sending DEVICE_FATAL to its listeners");
+  state.remove(source.id);
+  state.devices_lost.fetch_add(1, std::memory_order_relaxed);
+  try {
+    deliver_guarded(state, state.registry.resolve(Event::synthesize(
+                               source.device, IBV_EVENT_DEVICE_FATAL,
+                               WholeDevice{})));
+  } catch (const std::exception& e) {
+    state.report(std::string("DEVICE_FATAL not delivered: ") + e.what());
+  }
+}
+
+void serve_device(DispatcherState& state, DeviceSource& source,
+                  std::uint32_t revents) {
+  if ((revents & (EPOLLERR | EPOLLHUP)) != 0) {
+    lose_device(state, source, (revents & EPOLLERR) ? "EPOLLERR" : "EPOLLHUP");
+    return;
+  }
+  for (unsigned i = 0; i < state.options.batch; ++i) {
+    ibv_async_event raw;
+    if (ibv_get_async_event(source.device, &raw) != 0) {
+      const int error = errno;
+      if (error == EAGAIN || error == EWOULDBLOCK) return;
+      if (error == EINTR) continue;
+      lose_device(state, source,
+                  std::string("ibv_get_async_event: ") + std::strerror(error));
+      return;
+    }
+    state.async_events.fetch_add(1, std::memory_order_relaxed);
+    // Resolve before the ack: once acked, the object may be destroyed and its
+    // address reused, and the event must not reach the newcomer.
+    std::optional<Delivery> delivery;
+    try {
+      delivery.emplace(state.registry.resolve(Event::from_async(source.device, raw)));
+    } catch (const std::exception& e) {
+      state.report(std::string("Registry::resolve: ") + e.what());
+    }
+    ibv_ack_async_event(&raw);
+    if (delivery) deliver_guarded(state, *delivery);
+    // Released from a handler: the device may be closed already.
+    if (source.guard.closed()) return;
+  }
+}
+
+// Re-arm, then drain: a completion that arrives after the drain raises a new
+// event, since the CQ was armed before the drain started.
+void rearm_and_drain(DispatcherState& state, CqEntry& entry) {
+  if (int rc = ibv_req_notify_cq(entry.cq, entry.options.solicited_only ? 1 : 0);
+      rc != 0) {
+    state.report(describe("ibv_req_notify_cq failed for CQ", entry.cq) + ": " +
+                 std::strerror(rc));
+  }
+  std::array<ibv_wc, 256> wcs;
+  std::uint64_t drained = 0;
+  while (!entry.guard.closed()) {
+    const int n = ibv_poll_cq(entry.cq, static_cast<int>(entry.options.poll_batch),
+                              wcs.data());
+    if (n < 0) {
+      state.report(describe("ibv_poll_cq failed for CQ", entry.cq));
+      break;
+    }
+    if (n == 0) break;
+    drained += static_cast<std::uint64_t>(n);
+    entry.completions.fetch_add(static_cast<std::uint64_t>(n),
+                                std::memory_order_relaxed);
+    state.work_completions.fetch_add(static_cast<std::uint64_t>(n),
+                                     std::memory_order_relaxed);
+    try {
+      entry.handler(CompletionBatch{entry.cq, wcs.data(), static_cast<std::size_t>(n)});
+    } catch (const std::exception& e) {
+      state.report(describe("completion handler of CQ", entry.cq) + " threw: " +
+                   e.what());
+    } catch (...) {
+      state.report(describe("completion handler of CQ", entry.cq) +
+                   " threw a non-std exception");
+    }
+  }
+  if (drained == 0) {
+    entry.empty_events.fetch_add(1, std::memory_order_relaxed);
+    state.empty_completion_events.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void serve_channel(DispatcherState& state, ChannelSource& source) {
+  for (unsigned i = 0; i < state.options.batch && !source.guard.closed(); ++i) {
+    std::shared_ptr<CqEntry> entry;
+    {
+      std::lock_guard<std::mutex> lock(source.mutex);
+      ibv_cq* cq = nullptr;
+      void* cq_context = nullptr;
+      if (ibv_get_cq_event(source.channel, &cq, &cq_context) != 0) {
+        const int error = errno;
+        if (error != EAGAIN && error != EWOULDBLOCK && error != EINTR) {
+          state.report(describe("ibv_get_cq_event failed on channel",
+                                source.channel) + ": " + std::strerror(error));
+        }
+        return;
+      }
+      state.completion_events.fetch_add(1, std::memory_order_relaxed);
+      auto it = source.cqs.find(cq);
+      if (it == source.cqs.end()) {
+        // Its watch was released after the event was raised: ack it here so
+        // that destroying the CQ does not wait.
+        ibv_ack_cq_events(cq, 1);
+        state.cq_ack_calls.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      entry = it->second;
+      entry->events.fetch_add(1, std::memory_order_relaxed);
+      if (++entry->unacked >= entry->options.ack_batch) {
+        ibv_ack_cq_events(cq, entry->unacked);
+        entry->unacked = 0;
+        entry->ack_calls.fetch_add(1, std::memory_order_relaxed);
+        state.cq_ack_calls.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (!entry->guard.try_enter()) continue;
+    rearm_and_drain(state, *entry);
+    entry->guard.leave();
+  }
+}
+
+void serve_injected(DispatcherState& state) {
+  std::deque<Delivery> ready;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    ready.swap(state.injected_queue);
+  }
+  for (const Delivery& delivery : ready) deliver_guarded(state, delivery);
+}
+
+std::size_t run_pass(DispatcherState& state, int timeout_ms) {
+  std::array<epoll_event, 32> events;
+  const int n = ::epoll_wait(state.epoll.get(), events.data(),
+                             static_cast<int>(events.size()), timeout_ms);
+  if (n < 0) {
+    if (errno != EINTR) state.report(std::string("epoll_wait: ") + std::strerror(errno));
+    return 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t id = events[i].data.u64;
+    if (id == kControlId) {
+      std::uint64_t count;
+      [[maybe_unused]] const auto ignored =
+          ::read(state.control.get(), &count, sizeof count);
+      serve_injected(state);
+      continue;
+    }
+    std::shared_ptr<Source> source = state.find(id);
+    if (!source || !source->guard.try_enter()) continue;
+    if (source->kind == Source::Kind::kDevice) {
+      serve_device(state, static_cast<DeviceSource&>(*source), events[i].events);
+    } else {
+      serve_channel(state, static_cast<ChannelSource&>(*source));
+    }
+    source->guard.leave();
+  }
+  return static_cast<std::size_t>(n);
+}
+
+}  // namespace
+}  // namespace detail
+
+using detail::DispatcherState;
+
+CompletionStats CompletionWatch::stats() const noexcept {
+  if (!entry_) return {};
+  return {entry_->events.load(), entry_->ack_calls.load(),
+          entry_->empty_events.load(), entry_->completions.load()};
+}
+
+Dispatcher::Dispatcher(Registry& registry) : Dispatcher(registry, Options{}) {}
+
+Dispatcher::Dispatcher(Registry& registry, Options options)
+    : state_(std::make_shared<DispatcherState>(registry, std::move(options))) {}
+
+Dispatcher::~Dispatcher() {
+  stop();
+  if (thread_.joinable()) thread_.join();  // stop() asked from a handler
+}
+
+void Dispatcher::start() {
+  if (thread_.joinable()) {
+    if (!state_->stop_requested.load()) {
+      throw std::logic_error("Dispatcher::start: the dispatcher thread is running");
+    }
+    thread_.join();  // stopped from inside a handler, not joined yet
+  }
+  if (state_->driving.load()) {
+    throw std::logic_error("Dispatcher::start: run_once() is in progress");
+  }
+  state_->stop_requested = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Dispatcher::stop() {
+  if (!thread_.joinable()) return;
+  state_->stop_requested = true;
+  state_->wake();
+  if (in_dispatcher_thread()) return;  // cannot join itself
+  thread_.join();
+}
+
+bool Dispatcher::running() const noexcept {
+  return thread_.joinable() && !state_->stop_requested.load();
+}
+
+bool Dispatcher::in_dispatcher_thread() const noexcept {
+  return state_->dispatcher_thread.load() == std::this_thread::get_id();
+}
+
+void Dispatcher::loop() {
+  state_->dispatcher_thread = std::this_thread::get_id();
+  while (!state_->stop_requested.load()) detail::run_pass(*state_, -1);
+  state_->dispatcher_thread = std::thread::id{};
+}
+
+int Dispatcher::fd() const noexcept { return state_->epoll.get(); }
+
+std::size_t Dispatcher::run_once(std::chrono::milliseconds timeout) {
+  if (thread_.joinable() && !state_->stop_requested.load()) {
+    throw std::logic_error("Dispatcher::run_once: the dispatcher thread is running");
+  }
+  if (state_->driving.exchange(true)) {
+    throw std::logic_error("Dispatcher::run_once: called again while running");
+  }
+  const auto previous = state_->dispatcher_thread.exchange(std::this_thread::get_id());
+  std::size_t served = 0;
+  try {
+    served = detail::run_pass(*state_, static_cast<int>(timeout.count()));
+  } catch (...) {
+    state_->dispatcher_thread = previous;
+    state_->driving = false;
+    throw;
+  }
+  state_->dispatcher_thread = previous;
+  state_->driving = false;
+  return served;
+}
+
+Watch Dispatcher::watch(ibv_context* device) {
+  if (device == nullptr) {
+    throw std::invalid_argument("Dispatcher::watch: the device is null");
+  }
+  DispatcherState& state = *state_;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.devices.count(device) != 0) {
+    throw std::invalid_argument("Dispatcher::watch: the device is watched already");
+  }
+  const std::uint64_t id = state.next_id++;
+  auto source = std::make_shared<detail::DeviceSource>(
+      id, device, detail::make_nonblocking(device->async_fd));
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = id;
+  if (::epoll_ctl(state.epoll.get(), EPOLL_CTL_ADD, source->fd, &event) < 0) {
+    const int error = errno;
+    ::fcntl(source->fd, F_SETFL, source->original_flags);
+    detail::throw_system_error(error, "epoll_ctl(ADD async_fd)");
+  }
+  state.sources.emplace(id, source);
+  state.devices.emplace(device, id);
+  return Watch([weak = std::weak_ptr<DispatcherState>(state_), id]() noexcept {
+    if (auto state = weak.lock()) {
+      if (auto source = state->remove(id)) source->guard.wait_idle();
+    }
+  });
+}
+
+CompletionWatch Dispatcher::watch_completions(ibv_comp_channel* channel,
+                                              ibv_cq* cq,
+                                              CompletionHandler handler,
+                                              CompletionOptions options) {
+  const char* verb = "Dispatcher::watch_completions";
+  if (channel == nullptr || cq == nullptr) {
+    throw std::invalid_argument(std::string(verb) + ": the channel or CQ is null");
+  }
+  if (!handler) {
+    throw std::invalid_argument(std::string(verb) + ": the handler is empty");
+  }
+  if (cq->channel != channel) {
+    throw std::invalid_argument(std::string(verb) +
+                                ": the CQ was not created on this channel");
+  }
+  if (options.ack_batch == 0 || options.poll_batch == 0 || options.poll_batch > 256) {
+    throw std::invalid_argument(std::string(verb) +
+                                ": ack_batch must be >= 1 and poll_batch 1..256");
+  }
+  DispatcherState& state = *state_;
+  auto entry = std::make_shared<detail::CqEntry>(cq, std::move(handler), options);
+  std::shared_ptr<detail::ChannelSource> source;
+  {
+    // Lock order: the tables, then a channel.
+    std::lock_guard<std::mutex> lock(state.mutex);
+    auto it = state.channels.find(channel);
+    if (it != state.channels.end()) {
+      source = it->second;
+    } else {
+      const std::uint64_t id = state.next_id++;
+      source = std::make_shared<detail::ChannelSource>(
+          id, channel, detail::make_nonblocking(channel->fd));
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.u64 = id;
+      if (::epoll_ctl(state.epoll.get(), EPOLL_CTL_ADD, source->fd, &event) < 0) {
+        const int error = errno;
+        ::fcntl(source->fd, F_SETFL, source->original_flags);
+        detail::throw_system_error(error, "epoll_ctl(ADD channel fd)");
+      }
+      state.sources.emplace(id, source);
+      state.channels.emplace(channel, source);
+    }
+    std::lock_guard<std::mutex> channel_lock(source->mutex);
+    if (!source->cqs.emplace(cq, entry).second) {
+      throw std::invalid_argument(std::string(verb) + ": the CQ is watched already");
+    }
+  }
+
+  Watch watch([weak = std::weak_ptr<DispatcherState>(state_),
+               weak_source = std::weak_ptr<detail::ChannelSource>(source),
+               entry]() noexcept {
+    entry->guard.close();
+    auto state = weak.lock();
+    auto source = weak_source.lock();
+    std::shared_ptr<detail::Source> retired;
+    if (state && source) {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      std::lock_guard<std::mutex> channel_lock(source->mutex);
+      source->cqs.erase(entry->cq);
+      // Every event read for this CQ was counted under this lock: ack them
+      // all, so that ibv_destroy_cq does not wait.
+      if (entry->unacked > 0) {
+        ibv_ack_cq_events(entry->cq, entry->unacked);
+        entry->unacked = 0;
+        entry->ack_calls.fetch_add(1, std::memory_order_relaxed);
+        state->cq_ack_calls.fetch_add(1, std::memory_order_relaxed);
+      }
+      // The last CQ of the channel: stop watching the channel, so that it
+      // can be destroyed. A CQ watched on it later adds it again.
+      if (source->cqs.empty()) retired = state->take_locked(source->id);
+    }
+    if (retired) state->retire(*retired);
+    entry->guard.wait_idle();
+    if (retired) retired->guard.wait_idle();
+  });
+
+  // Stage I: armed before the caller can make any completion arrive.
+  if (int rc = ibv_req_notify_cq(cq, options.solicited_only ? 1 : 0); rc != 0) {
+    watch.release();
+    detail::throw_system_error(rc, "ibv_req_notify_cq");
+  }
+  return CompletionWatch(entry, std::move(watch));
+}
+
+void Dispatcher::inject(ibv_context* device, int code, Element element) {
+  DispatcherState& state = *state_;
+  Delivery delivery =
+      state.registry.resolve(Event::synthesize(device, code, element));
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.injected_queue.push_back(std::move(delivery));
+  }
+  state.injected.fetch_add(1, std::memory_order_relaxed);
+  state.wake();
+}
+
+DispatcherStats Dispatcher::stats() const noexcept {
+  const DispatcherState& s = *state_;
+  return {s.async_events.load(),      s.injected.load(),
+          s.devices_lost.load(),      s.completion_events.load(),
+          s.cq_ack_calls.load(),      s.empty_completion_events.load(),
+          s.work_completions.load(),  s.errors.load()};
+}
+
+}  // namespace ibev

@@ -1,0 +1,183 @@
+// ibev::Dispatcher: one epoll loop that reads every watched device's async
+// events and every watched completion channel, and hands them to a Registry
+// and to completion handlers.
+//
+// Async events follow the ibv_get_async_event(3) rules: each event is read,
+// resolved in the Registry (who hears it is decided now), acked to rdma-core,
+// and only then delivered. So destroying an object never waits for the
+// dispatcher (rdma-core's destroy waits for the object's read events to be
+// acked), from any thread or from inside the object's own handler, and an
+// event is never delivered to a newer object that reuses a destroyed one's
+// address.
+//
+// Completions follow ibv_get_cq_event(3): watch_completions() arms the CQ
+// before returning (stage I); on each channel event the dispatcher takes it,
+// counts it for acking, re-arms, then drains the CQ in batches into the
+// handler (stage II). A completion that lands between re-arm and drain is
+// drained at once and leaves an event with nothing to poll: that empty event
+// is expected and counted, not an error. Acks are amortised: one
+// ibv_ack_cq_events per `ack_batch` events; releasing the watch acks the rest,
+// so ibv_destroy_cq never blocks.
+//
+// Threads: handlers (the Registry's and completion handlers) run on the thread
+// that dispatches: the Dispatcher's own thread between start() and stop(), or
+// the caller of run_once() for applications that drive dispatch from their
+// own loop (fd() is the epoll fd to wait on). All other members may be called
+// from any thread. Releasing a Watch from another thread waits until the
+// dispatcher is not using the watched object any more (after which the object
+// may be destroyed); from inside a handler it does not wait, and the
+// dispatcher does not touch the object again.
+//
+// Lifetime: the Registry must outlive the Dispatcher. Watches may outlive it.
+// Errors in the loop (a failing verb, a throwing completion handler) never
+// stop dispatch: they go to Options::on_error and are counted.
+#ifndef IBEV_DISPATCH_DISPATCHER_H_
+#define IBEV_DISPATCH_DISPATCHER_H_
+
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <thread>
+
+#include "core/event.h"
+#include "core/registry.h"
+#include "dispatch/watch.h"
+
+namespace ibev {
+
+namespace detail {
+struct DispatcherState;
+struct CqEntry;
+}  // namespace detail
+
+// The work completions one ibv_poll_cq returned.
+struct CompletionBatch {
+  ibv_cq* cq;
+  const ibv_wc* data;
+  std::size_t size;
+  const ibv_wc* begin() const noexcept { return data; }
+  const ibv_wc* end() const noexcept { return data + size; }
+};
+
+using CompletionHandler = std::function<void(const CompletionBatch&)>;
+
+struct CompletionOptions {
+  // Ack completion events with one ibv_ack_cq_events per this many.
+  unsigned ack_batch = 32;
+  // Work completions taken per ibv_poll_cq (1..256).
+  unsigned poll_batch = 16;
+  // Arm for solicited completions only.
+  bool solicited_only = false;
+};
+
+struct CompletionStats {
+  std::uint64_t events = 0;        // channel events taken for this CQ
+  std::uint64_t ack_calls = 0;     // ibv_ack_cq_events calls made for it
+  std::uint64_t empty_events = 0;  // events whose drain found nothing
+  std::uint64_t completions = 0;   // work completions handed to the handler
+};
+
+// A CQ's completion watch: the handle, and the CQ's figures.
+class [[nodiscard]] CompletionWatch {
+ public:
+  CompletionWatch() = default;
+  void release() noexcept { watch_.release(); }
+  bool active() const noexcept { return watch_.active(); }
+  CompletionStats stats() const noexcept;
+
+ private:
+  friend class Dispatcher;
+  CompletionWatch(std::shared_ptr<const detail::CqEntry> entry, Watch watch)
+      : entry_(std::move(entry)), watch_(std::move(watch)) {}
+
+  std::shared_ptr<const detail::CqEntry> entry_;
+  Watch watch_;
+};
+
+struct DispatcherStats {
+  std::uint64_t async_events = 0;  // read from rdma-core (and acked)
+  std::uint64_t injected = 0;
+  std::uint64_t devices_lost = 0;  // async fds that failed; DEVICE_FATAL sent
+  std::uint64_t completion_events = 0;
+  std::uint64_t cq_ack_calls = 0;
+  std::uint64_t empty_completion_events = 0;
+  std::uint64_t work_completions = 0;
+  std::uint64_t errors = 0;  // reported to Options::on_error
+};
+
+class Dispatcher {
+ public:
+  struct Options {
+    // Events taken from one source per pass before the next source's turn.
+    unsigned batch = 16;
+    // Called on the dispatching thread with what went wrong. The default
+    // writes to stderr.
+    std::function<void(std::string_view)> on_error;
+  };
+
+  // Builds the epoll loop; starts no thread. Throws std::system_error
+  // (epoll_create1, eventfd) on failure.
+  explicit Dispatcher(Registry& registry);
+  Dispatcher(Registry& registry, Options options);
+  // stop(), then closes the loop. Watches still held become inert.
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Starts the dispatcher thread. Throws std::logic_error if it is running.
+  void start();
+  // Wakes the thread and joins it. From inside a handler it only asks the
+  // thread to stop (it cannot join itself); start() or the destructor joins.
+  void stop();
+  bool running() const noexcept;
+  bool in_dispatcher_thread() const noexcept;
+
+  // For applications with their own loop: wait on fd() (readable when there
+  // is work), then call run_once(). Dispatches what is ready, waiting up to
+  // `timeout` for something; returns how many sources it served. Throws
+  // std::logic_error while the dispatcher thread runs or another run_once()
+  // is in progress.
+  int fd() const noexcept;
+  std::size_t run_once(std::chrono::milliseconds timeout);
+
+  // Watches `device`'s async fd (made non-blocking; restored on release).
+  // When the fd fails (EPOLLERR/EPOLLHUP, or a read error but EAGAIN) the
+  // device is gone: its listeners get a synthesized DEVICE_FATAL and the fd
+  // is no longer watched. Throws std::invalid_argument (null, already
+  // watched) or std::system_error (fcntl, epoll_ctl).
+  [[nodiscard]] Watch watch(ibv_context* device);
+
+  // Delivers `handler` the completions of `cq`, created on `channel`, and
+  // arms the CQ before returning: the CQ must have no completion yet that the
+  // caller wants delivered. Several CQs may share a channel. Throws
+  // std::invalid_argument (null, empty handler, a CQ of another channel or
+  // already watched, a batch out of range) or std::system_error (fcntl,
+  // epoll_ctl, ibv_req_notify_cq).
+  [[nodiscard]] CompletionWatch watch_completions(ibv_comp_channel* channel,
+                                                  ibv_cq* cq,
+                                                  CompletionHandler handler,
+                                                  CompletionOptions options = {});
+
+  // Sends a synthesized event through the same resolve/deliver path, on the
+  // dispatching thread; never acked to rdma-core. Who hears it is resolved
+  // now, as for a real event read now. Throws std::invalid_argument as
+  // Event::synthesize does.
+  void inject(ibv_context* device, int code, Element element);
+
+  DispatcherStats stats() const noexcept;
+
+ private:
+  void loop();
+
+  std::shared_ptr<detail::DispatcherState> state_;
+  std::thread thread_;
+};
+
+}  // namespace ibev
+
+#endif  // IBEV_DISPATCH_DISPATCHER_H_

@@ -1,0 +1,152 @@
+#include "tests/softroce/verbs_fixture.h"
+
+#include <future>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace ibev::testing {
+
+Handler Recorder::as(const std::string& who) {
+  return [this, who](const Event& event) { add(who, event); };
+}
+
+void Recorder::add(const std::string& who, const Event& event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.push_back({who, event});
+  changed_.notify_all();
+}
+
+bool Recorder::wait_until(
+    const std::function<bool(const std::vector<Entry>&)>& done,
+    std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, limit, [&] { return done(entries_); });
+}
+
+bool Recorder::wait_for(const std::string& who, std::size_t count,
+                        std::chrono::milliseconds limit) {
+  return wait_until(
+      [&](const std::vector<Entry>& entries) {
+        std::size_t n = 0;
+        for (const Entry& e : entries) n += e.who == who ? 1 : 0;
+        return n >= count;
+      },
+      limit);
+}
+
+std::vector<Recorder::Entry> Recorder::entries() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_;
+}
+
+std::vector<Recorder::Entry> Recorder::from(const std::string& who) {
+  std::vector<Entry> mine;
+  for (const Entry& e : entries()) {
+    if (e.who == who) mine.push_back(e);
+  }
+  return mine;
+}
+
+std::string Recorder::summary() {
+  std::map<std::string, std::map<std::string, int>> heard;
+  for (const Entry& e : entries()) ++heard[e.who][std::string(e.event.name())];
+  std::ostringstream out;
+  for (const auto& [who, events] : heard) {
+    out << who << ":";
+    for (const auto& [name, count] : events) out << " " << name << " x" << count;
+    out << "; ";
+  }
+  return out.str();
+}
+
+Env::Env(const std::string& device_name)
+    : dispatcher(registry,
+                 Dispatcher::Options{16,
+                                     [this](std::string_view what) {
+                                       std::lock_guard<std::mutex> lock(errors_mutex);
+                                       reported.emplace_back(what);
+                                     }}),
+      device(Device::open(dispatcher, registry, device_name)),
+      pd(ProtectionDomain::create(device)) {
+  dispatcher.start();
+}
+
+Env::~Env() { dispatcher.stop(); }
+
+std::vector<std::string> Env::errors() {
+  std::lock_guard<std::mutex> lock(errors_mutex);
+  return reported;
+}
+
+std::shared_ptr<CompletionQueue> plain_cq(const std::shared_ptr<Device>& device,
+                                          int cqe) {
+  CompletionQueue::Options options;
+  options.cqe = cqe;
+  return CompletionQueue::create(device, nullptr, nullptr, options);
+}
+
+namespace {
+
+ibv_sge sge_of(const MemoryRegion& mr, char* slot) {
+  return ibv_sge{reinterpret_cast<std::uintptr_t>(slot), 64, mr.lkey()};
+}
+
+void check(int rc, const char* verb) {
+  if (rc != 0) throw std::runtime_error(std::string(verb) + " failed: " + std::to_string(rc));
+}
+
+}  // namespace
+
+void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
+  ibv_sge sge = sge_of(mr, slot);
+  ibv_send_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  check(ibv_post_send(qp.get(), &wr, &bad), "ibv_post_send");
+}
+
+void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
+  ibv_sge sge = sge_of(mr, slot);
+  ibv_recv_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  check(ibv_post_recv(qp.get(), &wr, &bad), "ibv_post_recv");
+}
+
+void post_srq_recv(SharedReceiveQueue& srq, const MemoryRegion& mr, char* slot,
+                   std::uint64_t id) {
+  ibv_sge sge = sge_of(mr, slot);
+  ibv_recv_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  check(ibv_post_srq_recv(srq.get(), &wr, &bad), "ibv_post_srq_recv");
+}
+
+bool finishes_within(const std::function<void()>& call,
+                     std::chrono::milliseconds limit) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto future = done->get_future();
+  std::thread([call, done] {
+    try {
+      call();
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (future.wait_for(limit) != std::future_status::ready) return false;
+  future.get();  // rethrows what the call threw
+  return true;
+}
+
+}  // namespace ibev::testing

@@ -1,0 +1,87 @@
+// Helpers for the soft-RoCE tests of dispatch/ and verbs/: an environment
+// (registry, running dispatcher, the test device, a protection domain), a
+// thread-safe record of who heard what with bounded waits, and posting.
+#ifndef IBEV_TESTS_SOFTROCE_VERBS_FIXTURE_H_
+#define IBEV_TESTS_SOFTROCE_VERBS_FIXTURE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
+#include "dispatch/dispatcher.h"
+#include "verbs/completion_queue.h"
+#include "verbs/device.h"
+#include "verbs/protection_domain.h"
+#include "verbs/queue_pair.h"
+#include "verbs/shared_receive_queue.h"
+
+namespace ibev::testing {
+
+// Who heard which event, in order; waits are bounded (TCG is slow: generous).
+class Recorder {
+ public:
+  struct Entry {
+    std::string who;
+    Event event;
+  };
+
+  Handler as(const std::string& who);
+  void add(const std::string& who, const Event& event);
+
+  // Waits until `done(entries)` holds or `limit` passes; returns whether it held.
+  bool wait_until(const std::function<bool(const std::vector<Entry>&)>& done,
+                  std::chrono::milliseconds limit = std::chrono::seconds(20));
+  // Waits for `count` entries from `who`.
+  bool wait_for(const std::string& who, std::size_t count,
+                std::chrono::milliseconds limit = std::chrono::seconds(20));
+  std::vector<Entry> entries();
+  std::vector<Entry> from(const std::string& who);
+  // Everyone who heard anything, with counts, for messages.
+  std::string summary();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Entry> entries_;
+};
+
+// Registry, a started Dispatcher, the device, a protection domain. Errors the
+// dispatcher reports are kept, for tests to assert there were none.
+struct Env {
+  explicit Env(const std::string& device_name);
+  ~Env();
+
+  std::vector<std::string> errors();
+
+  Registry registry;
+  std::mutex errors_mutex;
+  std::vector<std::string> reported;
+  Dispatcher dispatcher;
+  std::shared_ptr<Device> device;
+  std::shared_ptr<ProtectionDomain> pd;
+};
+
+// A CQ without handlers, for QPs whose completions a test does not read.
+std::shared_ptr<CompletionQueue> plain_cq(const std::shared_ptr<Device>& device,
+                                          int cqe = 64);
+
+// Posts one 64-byte send from `slot` of `buffer`; signaled, wr_id = `id`.
+void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id);
+void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id);
+void post_srq_recv(SharedReceiveQueue& srq, const MemoryRegion& mr, char* slot,
+                   std::uint64_t id);
+
+// Runs `call` on another thread and waits at most `limit` for it: false
+// means it hung (the thread is left behind; the test fails anyway).
+bool finishes_within(const std::function<void()>& call,
+                     std::chrono::milliseconds limit);
+
+}  // namespace ibev::testing
+
+#endif  // IBEV_TESTS_SOFTROCE_VERBS_FIXTURE_H_

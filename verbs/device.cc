@@ -1,0 +1,58 @@
+#include "verbs/device.h"
+
+#include <cerrno>
+#include <utility>
+
+namespace ibev {
+
+std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, Registry& registry,
+                                     std::string_view name) {
+  int count = 0;
+  std::unique_ptr<ibv_device*, void (*)(ibv_device**)> list(
+      ibv_get_device_list(&count), ibv_free_device_list);
+  if (!list) detail::throw_verb_error("ibv_get_device_list", errno);
+  for (int i = 0; i < count; ++i) {
+    ibv_device* device = list.get()[i];
+    const std::string device_name = ibv_get_device_name(device);
+    if (!name.empty() && name != device_name) continue;
+    ibv_context* context = ibv_open_device(device);
+    if (context == nullptr) detail::throw_verb_error("ibv_open_device", errno);
+    return std::make_shared<Device>(Token{}, dispatcher, registry, context,
+                                    device_name);
+  }
+  detail::throw_verb_error(name.empty() ? "ibv_get_device_list (no RDMA device)"
+                                        : "ibv_open_device (no such device)",
+                           ENODEV);
+}
+
+Device::Device(Token, Dispatcher& dispatcher, Registry& registry,
+               ibv_context* context, std::string name)
+    : dispatcher_(dispatcher),
+      registry_(registry),
+      context_(context),
+      name_(std::move(name)),
+      watch_(dispatcher.watch(context)) {}
+
+Device::~Device() = default;
+
+Attachment Device::on_event(EventFilter filter, Handler handler) {
+  return registry_.listen(context(), std::move(handler), filter);
+}
+
+ibv_port_attr Device::query_port(std::uint8_t port) const {
+  ibv_port_attr attr{};
+  if (const int rc = ibv_query_port(context(), port, &attr); rc != 0) {
+    detail::throw_verb_error("ibv_query_port", rc);
+  }
+  return attr;
+}
+
+ibv_gid Device::query_gid(std::uint8_t port, int index) const {
+  ibv_gid gid{};
+  if (ibv_query_gid(context(), port, index, &gid) != 0) {
+    detail::throw_verb_error("ibv_query_gid", errno);
+  }
+  return gid;
+}
+
+}  // namespace ibev

@@ -1,0 +1,68 @@
+// ibev::ProtectionDomain: an ibv_pd, keeping its Device alive.
+// Thread-safety: immutable after creation.
+#ifndef IBEV_VERBS_PROTECTION_DOMAIN_H_
+#define IBEV_VERBS_PROTECTION_DOMAIN_H_
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "verbs/device.h"
+#include "verbs/ownership.h"
+
+namespace ibev {
+
+namespace detail {
+inline constexpr char kDeallocPd[] = "ibv_dealloc_pd";
+inline constexpr char kDeregMr[] = "ibv_dereg_mr";
+}  // namespace detail
+
+class ProtectionDomain {
+ public:
+  // Throws std::invalid_argument (null device) or std::system_error
+  // (ibv_alloc_pd).
+  static std::shared_ptr<ProtectionDomain> create(std::shared_ptr<Device> device);
+
+  ibv_pd* get() const noexcept { return pd_.get(); }
+  const std::shared_ptr<Device>& device() const noexcept { return device_; }
+
+ private:
+  struct Token {};
+
+ public:
+  ProtectionDomain(Token, std::shared_ptr<Device> device, ibv_pd* pd);
+
+ private:
+  std::shared_ptr<Device> device_;
+  detail::Owned<ibv_pd, ibv_dealloc_pd, detail::kDeallocPd> pd_;
+};
+
+// A registered memory region; keeps its protection domain alive. The memory
+// itself stays the caller's and must outlive the region.
+class MemoryRegion {
+ public:
+  // Throws std::invalid_argument (null domain or address, zero length) or
+  // std::system_error (ibv_reg_mr).
+  static std::unique_ptr<MemoryRegion> create(std::shared_ptr<ProtectionDomain> pd,
+                                              void* address, std::size_t length,
+                                              int access);
+
+  ibv_mr* get() const noexcept { return mr_.get(); }
+  std::uint32_t lkey() const noexcept { return mr_->lkey; }
+  std::uint32_t rkey() const noexcept { return mr_->rkey; }
+
+ private:
+  struct Token {};
+
+ public:
+  MemoryRegion(Token, std::shared_ptr<ProtectionDomain> pd, ibv_mr* mr);
+
+ private:
+  std::shared_ptr<ProtectionDomain> pd_;
+  detail::Owned<ibv_mr, ibv_dereg_mr, detail::kDeregMr> mr_;
+};
+
+}  // namespace ibev
+
+#endif  // IBEV_VERBS_PROTECTION_DOMAIN_H_

@@ -1,0 +1,372 @@
+// Completion channels end to end on soft-RoCE, and destroying objects from
+// inside their own handlers. Real RC traffic over rxe0 loopback.
+#define BOOST_TEST_MODULE ibev_softroce_completions
+#include <boost/test/unit_test.hpp>
+#include <array>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+
+using namespace ibev;
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Work completions a handler saw, by wr_id, with bounded waits.
+class Completions {
+ public:
+  CompletionHandler handler() {
+    return [this](const CompletionBatch& batch) { add(batch); };
+  }
+  void add(const CompletionBatch& batch) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const ibv_wc& wc : batch) {
+      ++seen_[wc.wr_id];
+      if (wc.status != IBV_WC_SUCCESS) ++failed_;
+    }
+    changed_.notify_all();
+  }
+  bool wait_for(std::size_t count, std::chrono::milliseconds limit = 20s) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return total() >= count; });
+  }
+  std::map<std::uint64_t, int> seen() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return seen_;
+  }
+  int failed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return failed_;
+  }
+
+ private:
+  std::size_t total() const {
+    std::size_t n = 0;
+    for (const auto& [id, count] : seen_) n += static_cast<std::size_t>(count);
+    return n;
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::uint64_t, int> seen_;
+  int failed_ = 0;
+};
+
+struct Link {
+  Env env{test_device()};
+  std::array<char, 64 * 256> buffer{};
+  std::unique_ptr<MemoryRegion> mr = MemoryRegion::create(
+      env.pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
+  char* slot(int i) { return buffer.data() + 64 * (i % 256); }
+
+  std::shared_ptr<QueuePair> qp(std::shared_ptr<CompletionQueue> send_cq,
+                                std::shared_ptr<CompletionQueue> recv_cq,
+                                Handler on_event = nullptr,
+                                std::shared_ptr<SharedReceiveQueue> srq = nullptr) {
+    QueuePair::Options options{std::move(send_cq), std::move(recv_cq), std::move(srq),
+                               IBV_QPT_RC, {128, 128, 1, 1, 0}, false};
+    return QueuePair::create(env.pd, std::move(on_event), std::move(options));
+  }
+
+  std::shared_ptr<CompletionQueue> cq(CompletionHandler handler, unsigned ack_batch,
+                                      bool solicited_only = false, int cqe = 256) {
+    CompletionQueue::Options options;
+    options.cqe = cqe;
+    options.completion.ack_batch = ack_batch;
+    options.completion.solicited_only = solicited_only;
+    return CompletionQueue::create(env.device, std::move(handler), nullptr, options);
+  }
+};
+
+void expect_each_once(const std::map<std::uint64_t, int>& seen, std::uint64_t first,
+                      std::uint64_t count) {
+  BOOST_TEST(seen.size() == count);
+  for (std::uint64_t id = first; id < first + count; ++id) {
+    const auto it = seen.find(id);
+    BOOST_TEST((it != seen.end() && it->second == 1), "wr_id " << id);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(completions)
+
+BOOST_AUTO_TEST_CASE(each_completion_is_delivered_exactly_once_and_acks_are_batched) {
+  for (unsigned ack_batch : {1u, 4u}) {
+    Link link;
+    Completions sent, received;
+    auto send_cq = link.cq(sent.handler(), ack_batch);
+    auto recv_cq = link.cq(received.handler(), ack_batch);
+    auto a = link.qp(send_cq, plain_cq(link.env.device));
+    auto b = link.qp(plain_cq(link.env.device), recv_cq);
+    connect_rc_pair(*a, *b);
+
+    constexpr int kMessages = 100;
+    for (int i = 0; i < kMessages; ++i) post_recv(*b, *link.mr, link.slot(i), 1000 + i);
+    for (int i = 0; i < kMessages; ++i) post_send(*a, *link.mr, link.slot(i), i);
+    BOOST_REQUIRE(sent.wait_for(kMessages));
+    BOOST_REQUIRE(received.wait_for(kMessages));
+    std::this_thread::sleep_for(300ms);  // any late (empty) event comes in
+    expect_each_once(sent.seen(), 0, kMessages);
+    expect_each_once(received.seen(), 1000, kMessages);
+    BOOST_TEST(sent.failed() + received.failed() == 0);
+
+    for (const auto& cq : {send_cq, recv_cq}) {
+      const CompletionStats stats = cq->completion_stats();
+      BOOST_TEST_MESSAGE("ack_batch " << ack_batch << ": " << stats.events
+                                      << " events, " << stats.ack_calls
+                                      << " ack calls, " << stats.empty_events
+                                      << " empty, " << stats.completions
+                                      << " completions");
+      BOOST_TEST(stats.completions == static_cast<std::uint64_t>(kMessages));
+      BOOST_TEST(stats.events >= 1u);
+      BOOST_TEST(stats.ack_calls == stats.events / ack_batch);
+    }
+    // Releasing acks the remainder: one more call per CQ with a remainder.
+    const std::uint64_t remainders =
+        (send_cq->completion_stats().events % ack_batch != 0 ? 1 : 0) +
+        (recv_cq->completion_stats().events % ack_batch != 0 ? 1 : 0);
+    const std::uint64_t before = link.env.dispatcher.stats().cq_ack_calls;
+    a.reset();
+    b.reset();
+    send_cq.reset();
+    recv_cq.reset();
+    BOOST_TEST(link.env.dispatcher.stats().cq_ack_calls == before + remainders);
+    BOOST_TEST(link.env.errors().empty());
+  }
+}
+
+// A completion landing after the re-arm, while the drain is still going, is
+// drained at once and leaves an event with nothing to poll.
+BOOST_AUTO_TEST_CASE(the_extra_empty_event_is_handled) {
+  Link link;
+  Completions received;
+  std::shared_ptr<QueuePair> a;
+  std::atomic<bool> posted_second{false};
+  auto recv_cq = link.cq(
+      [&](const CompletionBatch& batch) {
+        received.add(batch);
+        if (!posted_second.exchange(true)) {
+          post_send(*a, *link.mr, link.slot(1), 1);
+          std::this_thread::sleep_for(300ms);  // it lands while we drain
+        }
+      },
+      1);
+  a = link.qp(plain_cq(link.env.device), plain_cq(link.env.device));
+  auto b = link.qp(plain_cq(link.env.device), recv_cq);
+  connect_rc_pair(*a, *b);
+  post_recv(*b, *link.mr, link.slot(10), 10);
+  post_recv(*b, *link.mr, link.slot(11), 11);
+  post_send(*a, *link.mr, link.slot(0), 0);
+
+  BOOST_REQUIRE(received.wait_for(2));
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (recv_cq->completion_stats().empty_events == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  const CompletionStats stats = recv_cq->completion_stats();
+  BOOST_TEST_MESSAGE(stats.events << " events, " << stats.empty_events << " empty");
+  BOOST_TEST(stats.empty_events >= 1u);
+  expect_each_once(received.seen(), 10, 2);
+  BOOST_TEST(link.env.errors().empty());
+}
+
+BOOST_AUTO_TEST_CASE(solicited_only_wakes_on_solicited_completions) {
+  Link link;
+  Completions received;
+  auto recv_cq = link.cq(received.handler(), 1, /*solicited_only=*/true);
+  auto a = link.qp(plain_cq(link.env.device), plain_cq(link.env.device));
+  auto b = link.qp(plain_cq(link.env.device), recv_cq);
+  connect_rc_pair(*a, *b);
+  post_recv(*b, *link.mr, link.slot(10), 10);
+  post_recv(*b, *link.mr, link.slot(11), 11);
+
+  post_send(*a, *link.mr, link.slot(0), 0);  // not solicited: no wake-up
+  BOOST_TEST(!received.wait_for(1, 1s));
+
+  ibv_sge sge{reinterpret_cast<std::uintptr_t>(link.slot(1)), 64, link.mr->lkey()};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+  ibv_send_wr* bad = nullptr;
+  BOOST_REQUIRE_EQUAL(ibv_post_send(a->get(), &wr, &bad), 0);
+  // The drain takes both: the one that waited and the one that woke it.
+  BOOST_REQUIRE(received.wait_for(2));
+  expect_each_once(received.seen(), 10, 2);
+}
+
+BOOST_AUTO_TEST_CASE(destroying_a_cq_with_unacked_events_does_not_block) {
+  Link link;
+  Completions received;
+  auto recv_cq = link.cq(received.handler(), 1000);  // never acked in the loop
+  auto a = link.qp(plain_cq(link.env.device), plain_cq(link.env.device));
+  auto b = link.qp(plain_cq(link.env.device), recv_cq);
+  connect_rc_pair(*a, *b);
+  for (int i = 0; i < 5; ++i) post_recv(*b, *link.mr, link.slot(10 + i), 10 + i);
+  for (int i = 0; i < 5; ++i) post_send(*a, *link.mr, link.slot(i), i);
+  BOOST_REQUIRE(received.wait_for(5));
+  const CompletionStats stats = recv_cq->completion_stats();
+  BOOST_TEST(stats.events >= 1u);
+  BOOST_TEST(stats.ack_calls == 0u);
+  const std::uint64_t before = link.env.dispatcher.stats().cq_ack_calls;
+  BOOST_TEST(finishes_within(
+      [&] {
+        b.reset();
+        recv_cq.reset();  // ibv_destroy_cq would wait for unacked events
+      },
+      10s));
+  BOOST_TEST(link.env.dispatcher.stats().cq_ack_calls == before + 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(destroy_from_inside_the_handler)
+
+constexpr int kRounds = 100;
+
+// The test thread is still using the object when its event can already
+// arrive: the handler waits for this before dropping the last reference.
+class Gate {
+ public:
+  void open() { open_ = true; }
+  void wait() const {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (!open_ && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  std::atomic<bool> open_{false};
+};
+
+// Confirms the dispatcher still runs: an injected event comes back.
+void expect_dispatcher_alive(Env& env) {
+  Recorder heard;
+  ibv_context* device = env.device->context();
+  Attachment probe = env.registry.listen(device, heard.as("probe"));
+  env.dispatcher.inject(device, IBV_EVENT_SM_CHANGE, Port{1});
+  BOOST_TEST(heard.wait_for("probe", 1));
+}
+
+BOOST_AUTO_TEST_CASE(a_cq_in_its_own_cq_err_handler) {
+  Link link;
+  auto recv_cq = plain_cq(link.env.device, 1024);
+  int hung = 0;
+  for (int round = 0; round < kRounds && hung == 0; ++round) {
+    struct {
+      std::shared_ptr<CompletionQueue> cq;
+      std::shared_ptr<QueuePair> a;
+    } doomed;
+    std::atomic<bool> destroyed{false};
+    Gate setup_done;
+    CompletionQueue::Options one_entry;
+    one_entry.cqe = 1;
+    doomed.cq = CompletionQueue::create(
+        link.env.device, nullptr,
+        [&](const Event& e) {
+          if (e.code() != IBV_EVENT_CQ_ERR || destroyed) return;
+          setup_done.wait();
+          doomed.a.reset();  // the QP first: it holds the CQ
+          doomed.cq.reset();
+          destroyed = true;
+        },
+        one_entry);
+    doomed.a = link.qp(doomed.cq, recv_cq);
+    auto b = link.qp(recv_cq, recv_cq);
+    connect_rc_pair(*doomed.a, *b);
+    for (int i = 0; i < 3; ++i) post_recv(*b, *link.mr, link.slot(10 + i), i);
+    for (int i = 0; i < 3; ++i) post_send(*doomed.a, *link.mr, link.slot(i), i);
+    setup_done.open();
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (!destroyed && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    if (!destroyed) ++hung;
+    while (ibv_poll_cq(recv_cq->get(), 1, std::array<ibv_wc, 1>{}.data()) > 0) {
+    }
+  }
+  BOOST_TEST(hung == 0);
+  expect_dispatcher_alive(link.env);
+  BOOST_TEST(link.env.errors().empty());
+}
+
+BOOST_AUTO_TEST_CASE(an_srq_in_its_own_limit_handler) {
+  Link link;
+  auto cq = plain_cq(link.env.device, 1024);
+  int hung = 0;
+  for (int round = 0; round < kRounds && hung == 0; ++round) {
+    struct {
+      std::shared_ptr<SharedReceiveQueue> srq;
+      std::shared_ptr<QueuePair> b;
+    } doomed;
+    std::atomic<bool> destroyed{false};
+    Gate setup_done;
+    doomed.srq = SharedReceiveQueue::create(link.env.pd, [&](const Event& e) {
+      if (e.code() != IBV_EVENT_SRQ_LIMIT_REACHED) return;
+      setup_done.wait();
+      doomed.b.reset();  // the QP first: an SRQ in use cannot be destroyed
+      doomed.srq.reset();
+      destroyed = true;
+    });
+    auto a = link.qp(cq, cq);
+    doomed.b = link.qp(cq, cq, nullptr, doomed.srq);
+    connect_rc_pair(*a, *doomed.b);
+    for (int i = 0; i < 8; ++i) post_srq_recv(*doomed.srq, *link.mr, link.slot(10 + i), i);
+    doomed.srq->arm_limit(4);
+    for (int i = 0; i < 5; ++i) post_send(*a, *link.mr, link.slot(i), i);
+    setup_done.open();
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (!destroyed && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    if (!destroyed) ++hung;
+    a.reset();
+    std::array<ibv_wc, 16> wcs;
+    while (ibv_poll_cq(cq->get(), 16, wcs.data()) > 0) {
+    }
+  }
+  BOOST_TEST(hung == 0);
+  expect_dispatcher_alive(link.env);
+  BOOST_TEST(link.env.errors().empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_qp_in_its_own_sq_drained_handler) {
+  Link link;
+  auto cq = plain_cq(link.env.device, 1024);
+  int hung = 0;
+  for (int round = 0; round < kRounds && hung == 0; ++round) {
+    std::shared_ptr<QueuePair> doomed;
+    std::atomic<bool> destroyed{false};
+    Gate setup_done;
+    doomed = link.qp(cq, cq, [&](const Event& e) {
+      if (e.code() != IBV_EVENT_SQ_DRAINED) return;
+      setup_done.wait();
+      doomed.reset();
+      destroyed = true;
+    });
+    auto b = link.qp(cq, cq);
+    connect_rc_pair(*doomed, *b);
+    doomed->drain_send_queue();
+    setup_done.open();
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (!destroyed && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    if (!destroyed) ++hung;
+  }
+  BOOST_TEST(hung == 0);
+  expect_dispatcher_alive(link.env);
+  BOOST_TEST(link.env.errors().empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -10,7 +10,8 @@ std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, Registry& registry,
   int count = 0;
   std::unique_ptr<ibv_device*, void (*)(ibv_device**)> list(
       ibv_get_device_list(&count), ibv_free_device_list);
-  if (!list) detail::throw_verb_error("ibv_get_device_list", errno);
+  // ENOSYS: the kernel has no RDMA subsystem, so no device either.
+  if (!list && errno != ENOSYS) detail::throw_verb_error("ibv_get_device_list", errno);
   for (int i = 0; i < count; ++i) {
     ibv_device* device = list.get()[i];
     const std::string device_name = ibv_get_device_name(device);

@@ -2,15 +2,22 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
 #include <system_error>
+#include <fstream>
 #include <ostream>
+#include <sstream>
 #include <thread>
 
 #include "core/event.h"
+
+extern "C" char** environ;
 
 namespace ibev::testing {
 namespace {
@@ -136,6 +143,47 @@ std::vector<Seen> read_events(ibv_context* context,
     seen.push_back({event.code(), event.port().value_or(-1)});
   }
   return seen;
+}
+
+Spawned::Spawned(const std::string& command, std::string output)
+    : output_(std::move(output)) {
+  const std::string shell = "exec " + command + " > " + output_ + " 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", shell.c_str(), nullptr};
+  pid_t pid = -1;
+  if (const int rc = posix_spawn(&pid, "/bin/sh", nullptr, nullptr,
+                                 const_cast<char**>(argv), environ);
+      rc != 0) {
+    throw_errno("posix_spawn", rc);
+  }
+  pid_ = pid;
+}
+
+Spawned::~Spawned() { stop(); }
+
+int Spawned::stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+std::string Spawned::text() const {
+  std::ifstream in(output_);
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+bool Spawned::wait_for_text(const std::string& needle,
+                            std::chrono::milliseconds limit) const {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (text().find(needle) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 std::vector<ibv_wc> poll_completions(ibv_cq* cq, std::size_t count,

@@ -74,6 +74,26 @@ std::vector<Seen> read_events(ibv_context* context,
                               std::chrono::milliseconds quiet,
                               std::chrono::milliseconds limit);
 
+// A shell command running in the background, its stdout and stderr going to
+// `output`. Stopped with SIGTERM (and reaped) by stop() or the destructor.
+class Spawned {
+ public:
+  Spawned(const std::string& command, std::string output);
+  ~Spawned();
+  Spawned(const Spawned&) = delete;
+  Spawned& operator=(const Spawned&) = delete;
+
+  // SIGTERM, then waits; returns the exit status (as waitpid gives it).
+  int stop();
+  std::string text() const;
+  // Waits until the output contains `needle`; false after `limit`.
+  bool wait_for_text(const std::string& needle, std::chrono::milliseconds limit) const;
+
+ private:
+  std::string output_;
+  int pid_ = -1;
+};
+
 // Polls `cq` until `count` completions arrived or `timeout` passed; returns
 // what arrived.
 std::vector<ibv_wc> poll_completions(ibv_cq* cq, std::size_t count,

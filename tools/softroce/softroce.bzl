@@ -1,6 +1,6 @@
 """softroce_test: runs a test binary against a real soft-RoCE device."""
 
-def softroce_test(name, binary, devices = 1, args = [], size = "medium", tags = [], **kwargs):
+def softroce_test(name, binary, devices = 1, args = [], data = [], size = "medium", tags = [], **kwargs):
     """A test target running `binary` against rdma_rxe.
 
     On the host when it can make rxe devices, otherwise in a throwaway qemu VM
@@ -12,6 +12,7 @@ def softroce_test(name, binary, devices = 1, args = [], size = "medium", tags = 
       binary: a cc_binary label (testonly) using Boost.Test.
       devices: 1 for rxe0 on a dummy netdev; 2 adds rxe1 across a veth pair.
       args: passed to the binary.
+      data: more runfiles the binary uses.
       size: the Bazel test size; medium allows 300 s, well above a VM run.
       tags: added to "softroce".
       **kwargs: passed to sh_test.
@@ -20,7 +21,7 @@ def softroce_test(name, binary, devices = 1, args = [], size = "medium", tags = 
         name = name,
         srcs = ["//tools/softroce:softroce_run.sh"],
         args = ["--devices", str(devices), "--", "$(rootpath %s)" % binary] + args,
-        data = [binary, "//tools/softroce:guest_files"],
+        data = [binary, "//tools/softroce:guest_files"] + data,
         size = size,
         tags = tags + ["softroce"],
         **kwargs

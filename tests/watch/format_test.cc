@@ -1,0 +1,77 @@
+// ibev-watch's lines: what each field says, for every kind of element.
+#define BOOST_TEST_MODULE ibev_watch_format
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <string>
+
+#include "apps/ibev_watch/format.h"
+
+using ibev::Event;
+using ibev::watch::Clock;
+
+namespace {
+
+// 2026-11-21T12:00:00.123456Z
+Clock::time_point noon() {
+  return Clock::time_point(std::chrono::seconds(1795262400) +
+                           std::chrono::microseconds(123456));
+}
+
+ibv_context* device() {
+  static ibv_context context{};
+  return &context;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(time_is_iso8601_utc_with_microseconds) {
+  BOOST_TEST(ibev::watch::format_time(noon()) == "2026-11-21T12:00:00.123456Z");
+}
+
+BOOST_AUTO_TEST_CASE(port_event) {
+  ibv_async_event raw{};
+  raw.event_type = IBV_EVENT_PORT_ERR;
+  raw.element.port_num = 1;
+  const Event event = Event::from_async(device(), raw);
+  BOOST_TEST(ibev::watch::format_human(event, "rxe0", noon()) ==
+             "2026-11-21T12:00:00.123456Z rxe0 port 1 IBV_EVENT_PORT_ERR (port error) error");
+  const std::string expected =
+      R"({"time":"2026-11-21T12:00:00.123456Z","device":"rxe0",)"
+      R"("event":"IBV_EVENT_PORT_ERR","code":10,"scope":"port","port":1,)"
+      R"("severity":"error"})";
+  BOOST_TEST(ibev::watch::format_json(event, "rxe0", noon()) == expected);
+}
+
+BOOST_AUTO_TEST_CASE(object_event_names_the_object) {
+  ibv_qp qp{};
+  const Event event = Event::synthesize(device(), IBV_EVENT_QP_FATAL, &qp);
+  const std::string human = ibev::watch::format_human(event, "mlx5_0", noon());
+  BOOST_TEST(human.find(" mlx5_0 qp 0x") != std::string::npos);
+  BOOST_TEST(human.find("IBV_EVENT_QP_FATAL (local work queue catastrophic error) fatal [synthesized]") !=
+             std::string::npos);
+  const std::string json = ibev::watch::format_json(event, "mlx5_0", noon());
+  const std::string object_field = R"("scope":"qp","object":"0x)";
+  const std::string synthesized_field = R"("synthesized":true})";
+  BOOST_TEST(json.find(object_field) != std::string::npos);
+  BOOST_TEST(json.find(synthesized_field) != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(device_and_unknown_events) {
+  const Event fatal = Event::synthesize(device(), IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+  BOOST_TEST(ibev::watch::format_human(fatal, "rxe0", noon()).find(
+                 " rxe0 device IBV_EVENT_DEVICE_FATAL (local catastrophic error) fatal") !=
+             std::string::npos);
+  ibv_async_event raw{};
+  const int code = 42;
+  std::memcpy(&raw.event_type, &code, sizeof code);
+  const Event unknown = Event::from_async(device(), raw);
+  const std::string expected =
+      R"j({"time":"2026-11-21T12:00:00.123456Z","device":"rxe0",)j"
+      R"j("event":"unknown(42)","code":42,"scope":"device","severity":"unknown"})j";
+  BOOST_TEST(ibev::watch::format_json(unknown, "rxe0", noon()) == expected);
+}
+
+BOOST_AUTO_TEST_CASE(json_strings_are_escaped) {
+  const std::string expected = R"("a\"b\\c\n\u0001")";
+  BOOST_TEST(ibev::watch::json_string("a\"b\\c\n\x01") == expected);
+}

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 tools/setup.sh || { echo "tests: setup failed"; exit 1; }
 
-unit_tests=(//tests/core/... //tests/dispatch/...)
+unit_tests=(//tests/core/... //tests/dispatch/... //tests/watch/...)
 passed=0
 failed=0
 status=0
@@ -35,6 +35,10 @@ run() {
 run default //...
 run asan --config=asan "${unit_tests[@]}"
 run tsan --config=tsan "${unit_tests[@]}"
+# A separate workspace that depends on ibev through local_repository.
+pushd examples/consumer >/dev/null
+run consumer //...
+popd >/dev/null
 
 echo "tests: ${passed} passed, ${failed} failed"
 exit "$status"

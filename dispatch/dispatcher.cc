@@ -93,7 +93,7 @@ struct CqEntry {
   CallGuard guard;              // held while re-arming and draining
   unsigned unacked = 0;         // under the channel's mutex
   std::atomic<std::uint64_t> events{0}, ack_calls{0}, empty_events{0},
-      completions{0};
+      completions{0}, polled{0};
 };
 
 struct ChannelSource : Source {
@@ -263,14 +263,9 @@ void serve_device(DispatcherState& state, DeviceSource& source,
   }
 }
 
-// Re-arm, then drain: a completion that arrives after the drain raises a new
-// event, since the CQ was armed before the drain started.
-void rearm_and_drain(DispatcherState& state, CqEntry& entry) {
-  if (int rc = ibv_req_notify_cq(entry.cq, entry.options.solicited_only ? 1 : 0);
-      rc != 0) {
-    state.report(describe("ibv_req_notify_cq failed for CQ", entry.cq) + ": " +
-                 std::strerror(rc));
-  }
+// Polls `entry`'s CQ until it is empty (or the watch is released), handing
+// each batch to the handler; returns how many completions it took.
+std::uint64_t drain(DispatcherState& state, CqEntry& entry) {
   std::array<ibv_wc, 256> wcs;
   std::uint64_t drained = 0;
   while (!entry.guard.closed()) {
@@ -295,6 +290,41 @@ void rearm_and_drain(DispatcherState& state, CqEntry& entry) {
       state.report(describe("completion handler of CQ", entry.cq) +
                    " threw a non-std exception");
     }
+  }
+  return drained;
+}
+
+void rearm(DispatcherState& state, CqEntry& entry) {
+  if (int rc = ibv_req_notify_cq(entry.cq, entry.options.solicited_only ? 1 : 0);
+      rc != 0) {
+    state.report(describe("ibv_req_notify_cq failed for CQ", entry.cq) + ": " +
+                 std::strerror(rc));
+  }
+}
+
+// Stage II after a channel event. Re-arm, then drain: a completion arriving
+// after the re-arm raises a new event, even if this drain takes it (that
+// event then finds the CQ empty). In adaptive mode, drain and keep polling
+// while completions come, and re-arm only when the CQ has been quiet for the
+// budget, draining once more after the re-arm for the same reason.
+void serve_cq(DispatcherState& state, CqEntry& entry) {
+  std::uint64_t drained = 0;
+  const auto budget = entry.options.poll_budget;
+  if (budget.count() > 0) {
+    drained += drain(state, entry);
+    auto quiet_since = std::chrono::steady_clock::now();
+    while (!entry.guard.closed() &&
+           std::chrono::steady_clock::now() - quiet_since < budget) {
+      if (const std::uint64_t more = drain(state, entry); more > 0) {
+        drained += more;
+        entry.polled.fetch_add(more, std::memory_order_relaxed);
+        quiet_since = std::chrono::steady_clock::now();
+      }
+    }
+  }
+  if (!entry.guard.closed()) {
+    rearm(state, entry);
+    drained += drain(state, entry);
   }
   if (drained == 0) {
     entry.empty_events.fetch_add(1, std::memory_order_relaxed);
@@ -336,7 +366,7 @@ void serve_channel(DispatcherState& state, ChannelSource& source) {
       }
     }
     if (!entry->guard.try_enter()) continue;
-    rearm_and_drain(state, *entry);
+    serve_cq(state, *entry);
     entry->guard.leave();
   }
 }
@@ -387,7 +417,8 @@ using detail::DispatcherState;
 CompletionStats CompletionWatch::stats() const noexcept {
   if (!entry_) return {};
   return {entry_->events.load(), entry_->ack_calls.load(),
-          entry_->empty_events.load(), entry_->completions.load()};
+          entry_->empty_events.load(), entry_->completions.load(),
+          entry_->polled.load()};
 }
 
 Dispatcher::Dispatcher(Registry& registry) : Dispatcher(registry, Options{}) {}
@@ -506,6 +537,10 @@ CompletionWatch Dispatcher::watch_completions(ibv_comp_channel* channel,
   if (options.ack_batch == 0 || options.poll_batch == 0 || options.poll_batch > 256) {
     throw std::invalid_argument(std::string(verb) +
                                 ": ack_batch must be >= 1 and poll_batch 1..256");
+  }
+  if (options.poll_budget.count() < 0 ||
+      options.poll_budget > std::chrono::seconds(1)) {
+    throw std::invalid_argument(std::string(verb) + ": poll_budget must be 0..1 s");
   }
   DispatcherState& state = *state_;
   auto entry = std::make_shared<detail::CqEntry>(cq, std::move(handler), options);

@@ -279,9 +279,16 @@ BOOST_AUTO_TEST_CASE(watch_completions_refuses_bad_input) {
   expect_throw<std::invalid_argument>(
       [&] {
         (void)dispatcher.watch_completions(&channel, &cq, noop,
-                                           ibev::CompletionOptions{0, 16, false});
+                                           ibev::CompletionOptions{0, 16, false, {}});
       },
       "ack_batch");
+  expect_throw<std::invalid_argument>(
+      [&] {
+        (void)dispatcher.watch_completions(
+            &channel, &cq, noop,
+            ibev::CompletionOptions{1, 16, false, std::chrono::seconds(2)});
+      },
+      "poll_budget");
 }
 
 BOOST_AUTO_TEST_CASE(a_watch_may_outlive_its_dispatcher) {

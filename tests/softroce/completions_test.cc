@@ -74,11 +74,13 @@ struct Link {
   }
 
   std::shared_ptr<CompletionQueue> cq(CompletionHandler handler, unsigned ack_batch,
-                                      bool solicited_only = false, int cqe = 256) {
+                                      bool solicited_only = false, int cqe = 256,
+                                      std::chrono::microseconds poll_budget = {}) {
     CompletionQueue::Options options;
     options.cqe = cqe;
     options.completion.ack_batch = ack_batch;
     options.completion.solicited_only = solicited_only;
+    options.completion.poll_budget = poll_budget;
     return CompletionQueue::create(env.device, std::move(handler), nullptr, options);
   }
 };
@@ -202,6 +204,44 @@ BOOST_AUTO_TEST_CASE(solicited_only_wakes_on_solicited_completions) {
   // The drain takes both: the one that waited and the one that woke it.
   BOOST_REQUIRE(received.wait_for(2));
   expect_each_once(received.seen(), 10, 2);
+}
+
+// Adaptive mode: completions arriving while the dispatcher polls are taken
+// without an event; once the CQ has been quiet for the budget it is armed
+// again, and a later completion still arrives, through an event.
+BOOST_AUTO_TEST_CASE(adaptive_mode_polls_then_sleeps_without_missing_any) {
+  Link link;
+  Completions received;
+  auto recv_cq = link.cq(received.handler(), 1, false, 256,
+                         std::chrono::milliseconds(200));
+  auto a = link.qp(plain_cq(link.env.device, 1024), plain_cq(link.env.device));
+  auto b = link.qp(plain_cq(link.env.device), recv_cq);
+  connect_rc_pair(*a, *b);
+  for (int i = 0; i < 12; ++i) post_recv(*b, *link.mr, link.slot(100 + i), 100 + i);
+
+  post_send(*a, *link.mr, link.slot(0), 0);
+  BOOST_REQUIRE(received.wait_for(1));
+  // A burst while the dispatcher is still polling (well inside the budget):
+  // rxe completes a loopback send almost at once, so space them out.
+  std::this_thread::sleep_for(20ms);
+  for (int i = 1; i <= 10; ++i) {
+    post_send(*a, *link.mr, link.slot(i), i);
+    std::this_thread::sleep_for(2ms);
+  }
+  BOOST_REQUIRE(received.wait_for(11));
+  std::this_thread::sleep_for(500ms);  // longer than the budget: asleep again
+  const CompletionStats before = recv_cq->completion_stats();
+  BOOST_TEST_MESSAGE(before.events << " events, " << before.completions
+                                   << " completions, " << before.polled << " by polling");
+  BOOST_TEST(before.polled >= 1u);  // the burst came by polling...
+  BOOST_TEST(before.events < 11u);  // ...so fewer events than completions
+
+  post_send(*a, *link.mr, link.slot(11), 11);
+  BOOST_REQUIRE(received.wait_for(12));
+  const CompletionStats after = recv_cq->completion_stats();
+  BOOST_TEST(after.events > before.events);  // the last one woke it
+  expect_each_once(received.seen(), 100, 12);
+  BOOST_TEST(link.env.errors().empty());
 }
 
 BOOST_AUTO_TEST_CASE(destroying_a_cq_with_unacked_events_does_not_block) {

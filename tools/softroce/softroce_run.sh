@@ -13,7 +13,8 @@
 # back as if it had run here. Every wait is bounded; a failure says what broke.
 #
 # Environment: IBEV_SOFTROCE=auto|host|vm (default auto), IBEV_VM_TIMEOUT
-# (seconds the guest may run, default 240), IBEV_CACHE (kernel cache root).
+# (seconds the guest may run, default 240), IBEV_VM_CPUS (default 1, so that
+# two test VMs share 2 cores), IBEV_CACHE (kernel cache root).
 set -uo pipefail
 
 # Under `bazel test` this script runs under the test's name, elsewhere in the
@@ -39,6 +40,7 @@ binary=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 shift
 mode=${IBEV_SOFTROCE:-auto}
 timeout_s=${IBEV_VM_TIMEOUT:-240}
+cpus=${IBEV_VM_CPUS:-1}
 cache=${IBEV_CACHE:-/var/cache/ibev}/kernel
 work=${TEST_TMPDIR:-$(mktemp -d)}/softroce
 rm -rf "$work" && mkdir -p "$work"
@@ -161,7 +163,7 @@ run_in_vm() {
 
   local started=$SECONDS
   timeout --kill-after=5 "$timeout_s" qemu-system-x86_64 \
-    -accel tcg -cpu qemu64 -smp 1 -m 2048 -nodefaults \
+    -accel tcg -cpu qemu64 -smp "$cpus" -m 2048 -nodefaults \
     -display none -monitor none -serial "file:$work/console.log" \
     -no-reboot -nic none \
     -kernel "$cache/vmlinuz" -initrd "$initramfs" \

@@ -51,6 +51,7 @@ struct Args {
   int messages = 20000;
   int rounds = 20;
   int seconds = 2;
+  unsigned batch = 16;  // Dispatcher::Options::batch
 };
 
 Args parse(int argc, char** argv) {
@@ -73,6 +74,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--messages") args.messages = std::stoi(value);
     else if (key == "--rounds") args.rounds = std::stoi(value);
     else if (key == "--seconds") args.seconds = std::stoi(value);
+    else if (key == "--batch") args.batch = static_cast<unsigned>(std::stoul(value));
     else {
       std::fprintf(stderr, "softroce_bench: unknown option %s\n", key.c_str());
       std::exit(2);
@@ -119,7 +121,7 @@ void check(int rc, const char* verb) {
 struct Side {
   Side(const Args& args, ibev::CompletionHandler on_receive,
        ibev::CompletionOptions options)
-      : dispatcher(registry),
+      : dispatcher(registry, ibev::Dispatcher::Options{args.batch, {}}),
         device(ibev::Device::open(dispatcher, registry, args.device)),
         pd(ibev::ProtectionDomain::create(device)),
         mr(ibev::MemoryRegion::create(pd, buffer.data(), buffer.size(),
@@ -223,25 +225,31 @@ int latency(const Args& args) {
   std::atomic<int> remaining{args.iters};
   Clock::time_point sent_at;
   Side* self = nullptr;
-  auto on_receive = [&](const ibev::CompletionBatch& batch) {
-    for (std::size_t i = 0; i < batch.size; ++i) {
-      self->post_recv(1);
-      if (server) {
-        self->send();  // pong
-        if (--remaining == 0) finished.set();
+  // What each side does with one received message.
+  auto on_message = [&] {
+    self->post_recv(1);
+    if (server) {
+      self->send();  // pong
+      if (--remaining == 0) finished.set();
+    } else {
+      const auto now = Clock::now();
+      rtt_us.push_back(std::chrono::duration<double, std::micro>(now - sent_at).count());
+      if (--remaining == 0) {
+        finished.set();
       } else {
-        const auto now = Clock::now();
-        rtt_us.push_back(std::chrono::duration<double, std::micro>(now - sent_at).count());
-        if (--remaining == 0) {
-          finished.set();
-        } else {
-          sent_at = Clock::now();
-          self->send();  // next ping
-        }
+        sent_at = Clock::now();
+        self->send();  // next ping
       }
     }
   };
-  Side side(args, on_receive, options_for(args));
+  // raw-poll: no Dispatcher; this thread spins on ibv_poll_cq, as perftest's
+  // busy-poll mode does. The baseline for what this harness itself costs.
+  const bool raw = args.mode == "raw-poll";
+  auto on_receive = [&](const ibev::CompletionBatch& batch) {
+    for (std::size_t i = 0; i < batch.size; ++i) on_message();
+  };
+  Side side(args, raw ? ibev::CompletionHandler{} : ibev::CompletionHandler{on_receive},
+            options_for(args));
   self = &side;
 
   ibev::RcEndpoint mine = side.qp->endpoint(), theirs{};
@@ -259,6 +267,13 @@ int latency(const Args& args) {
   if (!server) {
     sent_at = Clock::now();
     side.send();
+  }
+  if (raw) {
+    std::array<ibv_wc, 16> wcs;
+    while (remaining > 0) {
+      const int n = ibv_poll_cq(side.recv_cq->get(), 16, wcs.data());
+      for (int i = 0; i < n; ++i) on_message();
+    }
   }
   if (!finished.wait(600s)) {
     std::fprintf(stderr, "softroce_bench: ping-pong stalled\n");

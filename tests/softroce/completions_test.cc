@@ -289,6 +289,15 @@ class Gate {
   std::atomic<bool> open_{false};
 };
 
+// Waits for `flag`; false if it stayed false for `limit`.
+bool becomes_true(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!flag && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  return flag;
+}
+
 // Confirms the dispatcher still runs: an injected event comes back.
 void expect_dispatcher_alive(Env& env) {
   Recorder heard;
@@ -327,11 +336,7 @@ BOOST_AUTO_TEST_CASE(a_cq_in_its_own_cq_err_handler) {
     for (int i = 0; i < 3; ++i) post_recv(*b, *link.mr, link.slot(10 + i), i);
     for (int i = 0; i < 3; ++i) post_send(*doomed.a, *link.mr, link.slot(i), i);
     setup_done.open();
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (!destroyed && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(1ms);
-    }
-    if (!destroyed) ++hung;
+    if (!becomes_true(destroyed, 20s)) ++hung;
     while (ibv_poll_cq(recv_cq->get(), 1, std::array<ibv_wc, 1>{}.data()) > 0) {
     }
   }
@@ -365,11 +370,7 @@ BOOST_AUTO_TEST_CASE(an_srq_in_its_own_limit_handler) {
     doomed.srq->arm_limit(4);
     for (int i = 0; i < 5; ++i) post_send(*a, *link.mr, link.slot(i), i);
     setup_done.open();
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (!destroyed && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(1ms);
-    }
-    if (!destroyed) ++hung;
+    if (!becomes_true(destroyed, 20s)) ++hung;
     a.reset();
     std::array<ibv_wc, 16> wcs;
     while (ibv_poll_cq(cq->get(), 16, wcs.data()) > 0) {
@@ -398,11 +399,7 @@ BOOST_AUTO_TEST_CASE(a_qp_in_its_own_sq_drained_handler) {
     connect_rc_pair(*doomed, *b);
     doomed->drain_send_queue();
     setup_done.open();
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (!destroyed && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(1ms);
-    }
-    if (!destroyed) ++hung;
+    if (!becomes_true(destroyed, 20s)) ++hung;
   }
   BOOST_TEST(hung == 0);
   expect_dispatcher_alive(link.env);

@@ -111,12 +111,18 @@ void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t 
   check(ibv_post_send(qp.get(), &wr, &bad), "ibv_post_send");
 }
 
-void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
-  ibv_sge sge = sge_of(mr, slot);
+// One 64-byte receive into `slot`; `sge` must outlive the post.
+ibv_recv_wr recv_wr(ibv_sge& sge, std::uint64_t id) {
   ibv_recv_wr wr{};
   wr.wr_id = id;
   wr.sg_list = &sge;
   wr.num_sge = 1;
+  return wr;
+}
+
+void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
+  ibv_sge sge = sge_of(mr, slot);
+  ibv_recv_wr wr = recv_wr(sge, id);
   ibv_recv_wr* bad = nullptr;
   check(ibv_post_recv(qp.get(), &wr, &bad), "ibv_post_recv");
 }
@@ -124,10 +130,7 @@ void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t 
 void post_srq_recv(SharedReceiveQueue& srq, const MemoryRegion& mr, char* slot,
                    std::uint64_t id) {
   ibv_sge sge = sge_of(mr, slot);
-  ibv_recv_wr wr{};
-  wr.wr_id = id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_recv_wr wr = recv_wr(sge, id);
   ibv_recv_wr* bad = nullptr;
   check(ibv_post_srq_recv(srq.get(), &wr, &bad), "ibv_post_srq_recv");
 }

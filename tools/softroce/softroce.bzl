@@ -26,3 +26,20 @@ def softroce_test(name, binary, devices = 1, args = [], data = [], size = "mediu
         tags = tags + ["softroce"],
         **kwargs
     )
+
+def softroce_cc_test(name, srcs, deps, devices = 1, args = [], data = [], **kwargs):
+    """A Boost.Test cc_binary `name + "_bin"` run as softroce_test `name`."""
+    native.cc_binary(
+        name = name + "_bin",
+        testonly = True,
+        srcs = srcs,
+        deps = deps + ["//third_party:boost_test"],
+    )
+    softroce_test(
+        name = name,
+        binary = ":" + name + "_bin",
+        devices = devices,
+        args = args,
+        data = data,
+        **kwargs
+    )

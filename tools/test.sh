@@ -12,23 +12,24 @@ passed=0
 failed=0
 status=0
 
-# Runs one `bazel test` and adds its per-target results to the totals.
+# Runs one `bazel test` and adds its per-target results to the totals. A run
+# that fails without naming a failed target (a build error) counts as one.
 run() {
   local label=$1
   shift
-  local log
+  local log rc
   log=$(mktemp)
   echo "== ${label}: bazel test $*"
-  bazel test --test_summary=short "$@" 2>&1 | tee "$log" |
-    grep -E '^(//|Executed|ERROR|FAIL)' || true
-  local rc=${PIPESTATUS[0]}
+  bazel test --test_summary=short "$@" >"$log" 2>&1
+  rc=$?
+  grep -E '^(//|Executed|ERROR|FAIL)' "$log" || true
   local p f
   p=$(grep -cE '^//\S+\s+(\(cached\) )?PASSED' "$log")
   f=$(grep -cE '^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|FLAKY)' "$log")
-  if ((rc != 0 && f == 0)); then f=1; fi  # a build error fails the run too
+  if ((rc != 0 && f == 0)); then f=1; fi
   passed=$((passed + p))
   failed=$((failed + f))
-  ((rc == 0)) || status=1
+  if ((rc != 0 || f != 0)); then status=1; fi
   rm -f "$log"
 }
 

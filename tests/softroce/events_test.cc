@@ -321,6 +321,36 @@ BOOST_AUTO_TEST_CASE(a_throwing_handler_does_not_stop_later_events) {
                  .handler_failures == 1u);
 }
 
+// Each child keeps its parents alive: dropping the device's, domain's and
+// CQ's handles first leaves them working for the QP, and all of them go with
+// the QP's last handle.
+BOOST_AUTO_TEST_CASE(parents_dropped_first_stay_alive_for_their_children) {
+  Registry registry;
+  Dispatcher dispatcher(registry);
+  dispatcher.start();
+  Recorder heard;
+  auto device = Device::open(dispatcher, registry, test_device());
+  auto pd = ProtectionDomain::create(device);
+  auto cq = plain_cq(device);
+  QueuePair::Options options{cq, cq, nullptr, IBV_QPT_RC, {4, 4, 1, 1, 0}, false};
+  auto qp = QueuePair::create(pd, heard.as("qp"), std::move(options));
+  const std::weak_ptr<Device> weak_device = device;
+  const std::weak_ptr<CompletionQueue> weak_cq = cq;
+  ibv_context* const context = device->context();
+
+  device.reset();
+  pd.reset();
+  cq.reset();
+  BOOST_TEST(!weak_device.expired());
+  BOOST_TEST(!weak_cq.expired());
+  dispatcher.inject(context, IBV_EVENT_COMM_EST, qp->get());
+  BOOST_TEST(heard.wait_for("qp", 1));
+
+  qp.reset();
+  BOOST_TEST(weak_cq.expired());
+  BOOST_TEST(weak_device.expired());
+}
+
 BOOST_AUTO_TEST_CASE(opening_a_missing_device_says_so) {
   Registry registry;
   Dispatcher dispatcher(registry);

@@ -4,14 +4,33 @@
 #include <utility>
 
 namespace ibev {
+namespace {
+
+using DeviceList = std::unique_ptr<ibv_device*, void (*)(ibv_device**)>;
+
+// The device list; null with `count` 0 when the kernel has no RDMA subsystem
+// (ENOSYS), which means no device rather than an error.
+DeviceList device_list(int& count) {
+  count = 0;
+  DeviceList list(ibv_get_device_list(&count), ibv_free_device_list);
+  if (!list && errno != ENOSYS) detail::throw_verb_error("ibv_get_device_list", errno);
+  return list;
+}
+
+}  // namespace
+
+std::vector<std::string> Device::names() {
+  int count = 0;
+  const DeviceList list = device_list(count);
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) names.emplace_back(ibv_get_device_name(list.get()[i]));
+  return names;
+}
 
 std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, Registry& registry,
                                      std::string_view name) {
   int count = 0;
-  std::unique_ptr<ibv_device*, void (*)(ibv_device**)> list(
-      ibv_get_device_list(&count), ibv_free_device_list);
-  // ENOSYS: the kernel has no RDMA subsystem, so no device either.
-  if (!list && errno != ENOSYS) detail::throw_verb_error("ibv_get_device_list", errno);
+  const DeviceList list = device_list(count);
   for (int i = 0; i < count; ++i) {
     ibv_device* device = list.get()[i];
     const std::string device_name = ibv_get_device_name(device);

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/event_filter.h"
 #include "core/registry.h"
@@ -39,6 +40,10 @@ class Device {
   // (ENODEV when there is no such device, or the failing verb's errno).
   static std::shared_ptr<Device> open(Dispatcher& dispatcher, Registry& registry,
                                       std::string_view name = {});
+
+  // The names of the RDMA devices present; empty when the kernel has no RDMA
+  // subsystem. Throws std::system_error when the list cannot be read.
+  static std::vector<std::string> names();
 
   ~Device();
   Device(const Device&) = delete;

@@ -65,17 +65,6 @@ bool parse(int argc, char** argv, Options& options) {
   return true;
 }
 
-std::vector<std::string> all_device_names() {
-  int count = 0;
-  std::unique_ptr<ibv_device*, void (*)(ibv_device**)> list(
-      ibv_get_device_list(&count), ibv_free_device_list);
-  std::vector<std::string> names;
-  for (int i = 0; list && i < count; ++i) {
-    names.emplace_back(ibv_get_device_name(list.get()[i]));
-  }
-  return names;
-}
-
 class Printer {
  public:
   explicit Printer(bool json) : json_(json) {}
@@ -132,7 +121,14 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (options.devices.empty()) options.devices = all_device_names();
+  if (options.devices.empty()) {
+    try {
+      options.devices = ibev::Device::names();
+    } catch (const std::system_error& e) {
+      std::fprintf(stderr, "ibev-watch: cannot list RDMA devices: %s\n", e.what());
+      return 2;
+    }
+  }
   if (options.devices.empty()) {
     std::fputs(kNoDevice, stderr);
     return 2;

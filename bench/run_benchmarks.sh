@@ -4,11 +4,11 @@
 # batching, idle CPU and link-down time in one soft-RoCE VM session. Each
 # figure is a ratio to a baseline measured in the same run. Never fails on
 # timing; fails only if a benchmark cannot run.
-#   bench/run_benchmarks.sh [ITERATIONS [ROUNDS]]     (default 10000, 3)
+#   bench/run_benchmarks.sh [ITERATIONS [ROUNDS]]     (default 10000, 7)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iters=${1:-10000}
-rounds=${2:-3}
+rounds=${2:-7}
 tools/setup.sh
 bazel build -c opt //bench:all
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
@@ -57,14 +57,25 @@ row() {
   c=$(cpu_values "$config" | median)
   echo "$t $a $p $c"
 }
-all_rounds() {
-  if [[ $2 == perftest ]]; then perftest_values "$1" 5; else ibev_values "$1" typical_us; fi | paste -sd' '
+# Every round's typical one-way latency of one configuration.
+typicals() {
+  if [[ $2 == perftest ]]; then perftest_values "$1" 5; else ibev_values "$1" typical_us; fi
 }
+all_rounds() { typicals "$1" "$2" | paste -sd' '; }
+# Each round's ratio of a configuration to its baseline in the same round
+# (the machine drifts between rounds, far less within one), and their median.
+round_ratios() {
+  paste <(typicals "$1" "$2") <(typicals "$3" "$4") | awk '{printf "%.2f\n", $1 / $2}'
+}
+paired() { round_ratios "$@" | median; }
 read -r pe_typ pe_avg pe_p99 pe_cpu <<<"$(row perftest_event perftest)"
 read -r pp_typ pp_avg pp_p99 pp_cpu <<<"$(row perftest_poll perftest)"
 read -r ie_typ ie_avg ie_p99 ie_cpu <<<"$(row ibev_event ibev)"
 read -r ia_typ ia_avg ia_p99 ia_cpu <<<"$(row ibev_adaptive ibev)"
 read -r rp_typ rp_avg rp_p99 rp_cpu <<<"$(row raw_poll ibev)"
+read -r re_typ re_avg re_p99 re_cpu <<<"$(row raw_event ibev)"
+event_ratio=$(paired ibev_event ibev perftest_event perftest)
+adaptive_ratio=$(paired ibev_adaptive ibev perftest_poll perftest)
 idle=$(section ibev_idle)
 s1=$(section stream_ack1)
 s32=$(section stream_ack32)
@@ -74,7 +85,7 @@ reg_ratio=$(grep -E '^  1M objects' "$raw/registry.txt" | head -n 1 | grep -o 'r
 cat >docs/benchmarks.md <<DOC
 # Benchmarks
 
-Written by \`bench/run_benchmarks.sh $iters\` on $(date -u +%Y-%m-%d): registry and
+Written by \`bench/run_benchmarks.sh $iters $rounds\` on $(date -u +%Y-%m-%d): registry and
 dispatcher figures on the host; everything RDMA in one soft-RoCE VM session
 (qemu TCG, 2 vCPUs, Debian's 6.1 kernel, rdma_rxe over a dummy netdev), with
 perftest's \`ib_send_lat\` run in the same session as the baseline. Host:
@@ -85,10 +96,14 @@ compare like with like.
 
 ## Summary
 
+Latency figures are medians over the rounds; their ratio is the median of
+the per-round ratios (see below), so it need not equal the quotient of the
+two medians shown.
+
 | figure | ibev | baseline (same run) | ratio | target |
 |---|---|---|---|---|
-| event-mode latency, typical (us), median of $rounds rounds | $ie_typ | perftest -e: $pe_typ | $(ratio "$ie_typ" "$pe_typ") | <= 1.0 |
-| adaptive-mode latency, typical (us), median of $rounds rounds | $ia_typ | perftest busy poll: $pp_typ | $(ratio "$ia_typ" "$pp_typ") | <= 1.3 |
+| event-mode latency, typical (us) | $ie_typ | perftest -e: $pe_typ | $event_ratio | <= 1.0 |
+| adaptive-mode latency, typical (us) | $ia_typ | perftest busy poll: $pp_typ | $adaptive_ratio | <= 1.3 |
 | idle CPU, adaptive mode (% of a core) | $(field "$idle" core_percent) | | | < 5 |
 | completion events per ack call, under load | $(field "$s32" events_per_ack) | one ack per event: $(field "$s1" events_per_ack) | | >= 32 |
 | completions/s, acks batched by 32 | $(field "$s32" completions_per_s) | acked one by one: $(field "$s1" completions_per_s) | $(ratio "$(field "$s32" completions_per_s)" "$(field "$s1" completions_per_s)") | |
@@ -98,31 +113,43 @@ compare like with like.
 
 ## Completion latency: 2-byte RC send ping-pong, $iters iterations, rxe0 loopback
 
-Medians of $rounds interleaved rounds; the last column lists every round's
-typical figure, to show how much this emulated machine drifts.
+$rounds interleaved rounds; each figure is the median over the rounds. A
+latency ratio is the median of the per-round ratios (ibev's typical over the
+baseline's typical in the same round, listed below the table): the machine
+drifts between rounds far more than within one, as the last column shows.
 
 | run | typical (us) | average (us) | p99 (us) | CPU, both processes (s) | typical, each round |
 |---|---|---|---|---|---|
 | perftest \`ib_send_lat -e\` (events) | $pe_typ | $pe_avg | $pe_p99 | $pe_cpu | $(all_rounds perftest_event perftest) |
 | ibev, event mode | $ie_typ | $ie_avg | $ie_p99 | $ie_cpu | $(all_rounds ibev_event ibev) |
+| same harness, no ibev: blocking \`ibv_get_cq_event\` loop | $re_typ | $re_avg | $re_p99 | $re_cpu | $(all_rounds raw_event ibev) |
 | perftest \`ib_send_lat\` (busy poll) | $pp_typ | $pp_avg | $pp_p99 | $pp_cpu | $(all_rounds perftest_poll perftest) |
 | ibev, adaptive mode (2 ms budget) | $ia_typ | $ia_avg | $ia_p99 | $ia_cpu | $(all_rounds ibev_adaptive ibev) |
 | same harness, no ibev: raw \`ibv_poll_cq\` loop | $rp_typ | $rp_avg | $rp_p99 | $rp_cpu | $(all_rounds raw_poll ibev) |
 
-One-way latency is half the round trip, as perftest reports it. Each side is
-its own process with its own Dispatcher thread (the raw row: no Dispatcher,
-the main thread spinning on \`ibv_poll_cq\`, which shows what the benchmark's
-own posting and bookkeeping cost); the receive CQ's completion handler answers (event mode: channel event, re-arm, drain; adaptive: keep
-polling until the CQ has been quiet for 2 ms, then arm and drain). CPU is the
-whole processes' user + system time (bash \`times\`), setup included, for
-perftest and ibev alike. An idle ibev process in adaptive mode used
-$(field "$idle" cpu_s) s of CPU in $(field "$idle" seconds) s.
+Per-round ratios, round 1 first:
 
-How to read the latency rows: under TCG the two processes' own work and
-their scheduling dominate a round trip, and drift from round to round (see
-the last column). The raw row is this benchmark with no ibev at all, so
-compare ibev's adaptive row with the raw row of the same round: where the raw
-loop itself runs at perftest's speed, adaptive mode does too.
+| ratio | each round | median |
+|---|---|---|
+| ibev event ÷ perftest -e | $(round_ratios ibev_event ibev perftest_event perftest | paste -sd' ') | $event_ratio |
+| ibev event ÷ blocking loop, no ibev | $(round_ratios ibev_event ibev raw_event ibev | paste -sd' ') | $(paired ibev_event ibev raw_event ibev) |
+| blocking loop, no ibev ÷ perftest -e | $(round_ratios raw_event ibev perftest_event perftest | paste -sd' ') | $(paired raw_event ibev perftest_event perftest) |
+| ibev adaptive ÷ perftest busy poll | $(round_ratios ibev_adaptive ibev perftest_poll perftest | paste -sd' ') | $adaptive_ratio |
+| ibev adaptive ÷ raw poll loop, no ibev | $(round_ratios ibev_adaptive ibev raw_poll ibev | paste -sd' ') | $(paired ibev_adaptive ibev raw_poll ibev) |
+
+One-way latency is half the round trip, as perftest reports it. Each side is
+its own process, pinned to its own vCPU (server on 0, client on 1, for
+perftest too), with its own Dispatcher thread; the receive CQ's completion
+handler posts the reply. Sends are inline, one in 32 signaled, as in
+perftest. Event mode: on a channel event, drain (the reply goes out here),
+re-arm, drain again, sleep in epoll. Adaptive mode: keep polling until the CQ
+has been quiet for 2 ms, then re-arm, drain and sleep. The two "no ibev" rows
+are this harness with no Dispatcher: the main thread sleeping in a blocking
+\`ibv_get_cq_event\` then ack, re-arm, drain (perftest -e's order), or spinning
+on \`ibv_poll_cq\`; they show what the harness itself costs. CPU is the whole
+processes' user + system time (bash \`times\`), setup included, for perftest
+and ibev alike. An idle ibev process in adaptive mode used
+$(field "$idle" cpu_s) s of CPU in $(field "$idle" seconds) s.
 
 ## Ack batching: 20000 sends streamed to one receive CQ
 
@@ -156,7 +183,7 @@ $(cat "$raw/dispatch.txt")
 $(grep -v '^cpu' "$raw/vm.txt")
 \`\`\`
 
-Reproduce: \`bash bench/run_benchmarks.sh $iters\` (about five minutes), or
+Reproduce: \`bash bench/run_benchmarks.sh $iters $rounds\` (about ten minutes), or
 single figures with \`bazel run -c opt //bench:registry_bench\`,
 \`//bench:dispatch_bench\`, and \`softroce_bench\` inside the VM
 (\`tools/softroce/softroce_run.sh -- bazel-bin/bench/softroce_bench latency --mode event\`).

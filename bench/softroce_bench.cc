@@ -2,7 +2,9 @@
 // timing. bench/run_benchmarks.sh runs them in one VM session beside perftest
 // and writes docs/benchmarks.md.
 //
-//   softroce_bench latency --mode event|adaptive [--iters N] [--budget-us B]
+//   softroce_bench latency --mode event|adaptive|raw-poll|raw-event
+//                          [--iters N]
+//                          [--budget-us B] [--cpus SERVER,CLIENT]
 //   softroce_bench stream --ack-batch K [--messages N]
 //   softroce_bench link-down --netdev NAME [--rounds N]
 //   softroce_bench idle --budget-us B [--seconds S]
@@ -10,7 +12,9 @@
 // latency: a 2-byte RC send ping-pong between two processes (fork), as
 // perftest's ib_send_lat does, each process with its own Dispatcher; the
 // receive CQ's completion handler answers. One-way latency = RTT / 2.
+#include <fcntl.h>
 #include <net/if.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -52,6 +56,8 @@ struct Args {
   int rounds = 20;
   int seconds = 2;
   unsigned batch = 16;  // Dispatcher::Options::batch
+  int server_cpu = -1;  // --cpus S,C: where each side of `latency` runs
+  int client_cpu = -1;
 };
 
 Args parse(int argc, char** argv) {
@@ -75,6 +81,10 @@ Args parse(int argc, char** argv) {
     else if (key == "--rounds") args.rounds = std::stoi(value);
     else if (key == "--seconds") args.seconds = std::stoi(value);
     else if (key == "--batch") args.batch = static_cast<unsigned>(std::stoul(value));
+    else if (key == "--cpus" && value.find(',') != std::string::npos) {
+      args.server_cpu = std::stoi(value.substr(0, value.find(',')));
+      args.client_cpu = std::stoi(value.substr(value.find(',') + 1));
+    }
     else {
       std::fprintf(stderr, "softroce_bench: unknown option %s\n", key.c_str());
       std::exit(2);
@@ -152,25 +162,29 @@ struct Side {
     }
   }
 
-  // A 2-byte inline send; every one signaled, reaped here without waiting.
+  // A 2-byte inline send. As in perftest, one send in kSignalEvery asks for
+  // a completion, which frees the send queue slots before it; that one is
+  // reaped a round later, without waiting.
   void send() {
+    static constexpr unsigned kSignalEvery = 32;
     ibv_sge sge{reinterpret_cast<std::uintptr_t>(buffer.data()), 2, mr->lkey()};
     ibv_send_wr wr{};
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    wr.send_flags = IBV_SEND_INLINE;
+    const bool signaled = ++sends % kSignalEvery == 0;
+    if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
     ibv_send_wr* bad = nullptr;
     check(ibv_post_send(qp->get(), &wr, &bad), "ibv_post_send");
+    if (sends % kSignalEvery != kSignalEvery / 2) return;
     std::array<ibv_wc, 16> wcs;
-    int n;
-    while ((n = ibv_poll_cq(send_cq->get(), 16, wcs.data())) > 0) {
-      for (int i = 0; i < n; ++i) {
-        if (wcs[i].status != IBV_WC_SUCCESS) {
-          std::fprintf(stderr, "softroce_bench: send failed: %s\n",
-                       ibv_wc_status_str(wcs[i].status));
-          std::exit(4);
-        }
+    const int n = ibv_poll_cq(send_cq->get(), 16, wcs.data());
+    for (int i = 0; i < n; ++i) {
+      if (wcs[i].status != IBV_WC_SUCCESS) {
+        std::fprintf(stderr, "softroce_bench: send failed: %s\n",
+                     ibv_wc_status_str(wcs[i].status));
+        std::exit(4);
       }
     }
   }
@@ -183,6 +197,7 @@ struct Side {
   std::unique_ptr<ibev::MemoryRegion> mr;
   std::shared_ptr<ibev::CompletionQueue> send_cq, recv_cq;
   std::shared_ptr<ibev::QueuePair> qp;
+  unsigned sends = 0;
 };
 
 void write_all(int fd, const void* data, std::size_t size) {
@@ -218,6 +233,16 @@ int latency(const Args& args) {
   const pid_t child = ::fork();
   const bool server = child == 0;
   const int peer = sockets[server ? 1 : 0];
+  // Pinned before any thread starts, so the Dispatcher's thread inherits it.
+  if (const int cpu = server ? args.server_cpu : args.client_cpu; cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0) {
+      std::perror("softroce_bench: sched_setaffinity");
+      return 3;
+    }
+  }
 
   std::vector<double> rtt_us;
   rtt_us.reserve(static_cast<std::size_t>(args.iters));
@@ -242,13 +267,17 @@ int latency(const Args& args) {
       }
     }
   };
-  // raw-poll: no Dispatcher; this thread spins on ibv_poll_cq, as perftest's
-  // busy-poll mode does. The baseline for what this harness itself costs.
-  const bool raw = args.mode == "raw-poll";
+  // The raw modes are this harness without ibev, the baselines for what the
+  // harness itself costs. raw-poll: this thread spins on ibv_poll_cq, as
+  // perftest's busy-poll mode does. raw-event: this thread sleeps in a
+  // blocking ibv_get_cq_event, acks, re-arms and drains, as perftest -e does
+  // (the CQ's channel is used directly; the Dispatcher is never started).
+  const bool raw_poll = args.mode == "raw-poll";
+  const bool raw_event = args.mode == "raw-event";
   auto on_receive = [&](const ibev::CompletionBatch& batch) {
     for (std::size_t i = 0; i < batch.size; ++i) on_message();
   };
-  Side side(args, raw ? ibev::CompletionHandler{} : ibev::CompletionHandler{on_receive},
+  Side side(args, raw_poll ? ibev::CompletionHandler{} : ibev::CompletionHandler{on_receive},
             options_for(args));
   self = &side;
 
@@ -257,7 +286,12 @@ int latency(const Args& args) {
   read_all(peer, &theirs, sizeof theirs);
   side.qp->connect(theirs);
   side.post_recv(256);
-  side.dispatcher.start();
+  if (raw_event) {
+    const int fd = side.recv_cq->get()->channel->fd;
+    if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) return 3;
+  } else {
+    side.dispatcher.start();
+  }
   char ready = 'r';
   write_all(peer, &ready, 1);  // both connected: the client may start
   read_all(peer, &ready, 1);
@@ -268,12 +302,22 @@ int latency(const Args& args) {
     sent_at = Clock::now();
     side.send();
   }
-  if (raw) {
-    std::array<ibv_wc, 16> wcs;
-    while (remaining > 0) {
-      const int n = ibv_poll_cq(side.recv_cq->get(), 16, wcs.data());
+  std::array<ibv_wc, 16> wcs;
+  ibv_cq* const recv_cq = side.recv_cq->get();
+  const auto drain = [&] {
+    int n;
+    while ((n = ibv_poll_cq(recv_cq, 16, wcs.data())) > 0) {
       for (int i = 0; i < n; ++i) on_message();
     }
+  };
+  while (raw_poll && remaining > 0) drain();
+  while (raw_event && remaining > 0) {
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    if (ibv_get_cq_event(recv_cq->channel, &cq, &context) != 0) return 3;
+    ibv_ack_cq_events(cq, 1);
+    check(ibv_req_notify_cq(cq, 0), "ibv_req_notify_cq");
+    drain();
   }
   if (!finished.wait(600s)) {
     std::fprintf(stderr, "softroce_bench: ping-pong stalled\n");
@@ -303,10 +347,11 @@ int latency(const Args& args) {
   const auto stats = side.recv_cq->completion_stats();
   std::printf(
       "latency mode=%s budget_us=%d iters=%zu typical_us=%.2f avg_us=%.2f p99_us=%.2f "
-      "cpu_s=%.3f wall_s=%.3f events=%llu polled=%llu\n",
+      "cpu_s=%.3f wall_s=%.3f events=%llu polled=%llu empty_reads=%llu\n",
       args.mode.c_str(), args.budget_us, one_way.size(), at(0.5), sum / one_way.size(),
       at(0.99), cpu + server_cpu, wall, static_cast<unsigned long long>(stats.events),
-      static_cast<unsigned long long>(stats.polled));
+      static_cast<unsigned long long>(stats.polled),
+      static_cast<unsigned long long>(side.dispatcher.stats().empty_channel_reads));
   return 0;
 }
 

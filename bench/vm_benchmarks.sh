@@ -11,16 +11,21 @@ iters=$2
 rounds=$3
 dev=${IBEV_TEST_DEVICE:-rxe0}
 
+# Every latency run pins its server to CPU 0 and its client to CPU 1, perftest
+# and ibev alike: where the scheduler puts two processes is the largest
+# source of drift on this emulated machine, and it must not differ between
+# the runs compared.
+#
 # perftest's ib_send_lat, server and client as two processes; each one's CPU
 # time (user, sys) from bash's `times`, as for ibev below.
 perftest() {
   local label=$1
   shift
   echo "== $label"
-  bash -c "ib_send_lat -d $dev -x 0 -s 2 -n $iters $* > /tmp/server.out 2>&1; times" \
+  bash -c "taskset -c 0 ib_send_lat -d $dev -x 0 -s 2 -n $iters $* > /tmp/server.out 2>&1; times" \
     >/tmp/server.times 2>&1 &
   sleep 1
-  bash -c "timeout 600 ib_send_lat -d $dev -x 0 -s 2 -n $iters $* localhost; times" \
+  bash -c "timeout 600 taskset -c 1 ib_send_lat -d $dev -x 0 -s 2 -n $iters $* localhost; times" \
     >/tmp/client.out 2>&1
   wait
   grep -E '^ *2 +[0-9]+ ' /tmp/client.out | tail -n 1 | sed 's/^ */perftest /'
@@ -32,7 +37,7 @@ ibev_latency() {
   local label=$1
   shift
   echo "== $label"
-  bash -c "timeout 600 $bench latency --iters $iters $*; times" >/tmp/ibev.out 2>&1
+  bash -c "timeout 600 $bench latency --cpus 0,1 --iters $iters $*; times" >/tmp/ibev.out 2>&1
   grep '^latency' /tmp/ibev.out
   echo "cpu $(tail -n 1 /tmp/ibev.out)"
 }
@@ -40,6 +45,7 @@ ibev_latency() {
 for round in $(seq "$rounds"); do
   perftest "perftest_event $round" -e
   ibev_latency "ibev_event $round" --mode event
+  ibev_latency "raw_event $round" --mode raw-event
   perftest "perftest_poll $round"
   ibev_latency "ibev_adaptive $round" --mode adaptive --budget-us 2000
   ibev_latency "raw_poll $round" --mode raw-poll

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -217,7 +218,7 @@ struct DispatcherState {
 
   std::atomic<std::uint64_t> async_events{0}, injected{0}, devices_lost{0},
       completion_events{0}, cq_ack_calls{0}, empty_completion_events{0},
-      work_completions{0}, errors{0};
+      empty_channel_reads{0}, work_completions{0}, errors{0};
 };
 
 namespace {
@@ -316,16 +317,18 @@ void rearm(DispatcherState& state, CqEntry& entry) {
   }
 }
 
-// Stage II after a channel event. Re-arm, then drain: a completion arriving
-// after the re-arm raises a new event, even if this drain takes it (that
-// event then finds the CQ empty). In adaptive mode, drain and keep polling
-// while completions come, and re-arm only when the CQ has been quiet for the
-// budget, draining once more after the re-arm for the same reason.
+// Stage II after a channel event: drain, re-arm, drain again. The first
+// drain runs the handler before the re-arm's system call, so a reply to a
+// completion goes out one verb sooner than with arm-then-drain; the drain
+// after the re-arm takes whatever landed before it, and a completion landing
+// after it raises a new event, even if this drain takes it (that event then
+// finds the CQ empty). In adaptive mode, keep polling between the first drain
+// and the re-arm while completions come, until the CQ has been quiet for the
+// budget.
 void serve_cq(DispatcherState& state, CqEntry& entry) {
-  std::uint64_t drained = 0;
+  std::uint64_t drained = drain(state, entry);
   const auto budget = entry.options.poll_budget;
   if (budget.count() > 0) {
-    drained += drain(state, entry);
     // Reading the clock costs more than an empty poll: look every 64 polls.
     auto quiet_since = std::chrono::steady_clock::now();
     for (unsigned empty = 0; !entry.guard.closed(); ++empty) {
@@ -350,8 +353,20 @@ void serve_cq(DispatcherState& state, CqEntry& entry) {
   }
 }
 
+// A CQ raises one event per arm, and it is re-armed only here, after its
+// event is read: so when epoll reports the channel, it holds at most one
+// event per watched CQ. Reading more than that would only find EAGAIN, a
+// system call on every wake-up of a latency-bound loop; anything raised
+// while serving keeps the level-triggered fd ready for the next pass.
+unsigned events_to_read(DispatcherState& state, ChannelSource& source) {
+  std::lock_guard<std::mutex> lock(source.mutex);
+  const std::size_t watched = std::max<std::size_t>(source.cqs.size(), 1);
+  return static_cast<unsigned>(std::min<std::size_t>(state.options.batch, watched));
+}
+
 void serve_channel(DispatcherState& state, ChannelSource& source) {
-  for (unsigned i = 0; i < state.options.batch && !source.guard.closed(); ++i) {
+  const unsigned limit = events_to_read(state, source);
+  for (unsigned i = 0; i < limit && !source.guard.closed(); ++i) {
     std::shared_ptr<CqEntry> entry;
     {
       std::lock_guard<std::mutex> lock(source.mutex);
@@ -359,7 +374,9 @@ void serve_channel(DispatcherState& state, ChannelSource& source) {
       void* cq_context = nullptr;
       if (ibv_get_cq_event(source.channel, &cq, &cq_context) != 0) {
         const int error = errno;
-        if (error != EAGAIN && error != EWOULDBLOCK && error != EINTR) {
+        if (error == EAGAIN || error == EWOULDBLOCK) {
+          state.empty_channel_reads.fetch_add(1, std::memory_order_relaxed);
+        } else if (error != EINTR) {
           state.report(describe("ibv_get_cq_event failed on channel",
                                 source.channel) + ": " + std::strerror(error));
         }
@@ -626,7 +643,8 @@ DispatcherStats Dispatcher::stats() const noexcept {
   return {s.async_events.load(),      s.injected.load(),
           s.devices_lost.load(),      s.completion_events.load(),
           s.cq_ack_calls.load(),      s.empty_completion_events.load(),
-          s.work_completions.load(),  s.errors.load()};
+          s.empty_channel_reads.load(), s.work_completions.load(),
+          s.errors.load()};
 }
 
 }  // namespace ibev

@@ -12,10 +12,12 @@
 //
 // Completions follow ibv_get_cq_event(3): watch_completions() arms the CQ
 // before returning (stage I); on each channel event the dispatcher takes it,
-// counts it for acking, re-arms, then drains the CQ in batches into the
-// handler (stage II). A completion that lands between re-arm and drain is
-// drained at once and leaves an event with nothing to poll: that empty event
-// is expected and counted, not an error. Acks are amortised: one
+// counts it for acking, drains the CQ in batches into the handler, re-arms,
+// and drains again before it sleeps (stage II): the handler's reply does not
+// wait for the re-arm, and nothing landing around the re-arm is missed. A
+// completion that lands between re-arm and last drain is drained at once and
+// leaves an event with nothing to poll: that empty event is expected and
+// counted, not an error. Acks are amortised: one
 // ibv_ack_cq_events per `ack_batch` events; releasing the watch acks the rest,
 // so ibv_destroy_cq never blocks.
 //
@@ -112,6 +114,9 @@ struct DispatcherStats {
   std::uint64_t completion_events = 0;
   std::uint64_t cq_ack_calls = 0;
   std::uint64_t empty_completion_events = 0;
+  // Reads of a completion channel that found no event (EAGAIN): wasted
+  // system calls, none while each channel's reads stay within its CQs.
+  std::uint64_t empty_channel_reads = 0;
   std::uint64_t work_completions = 0;
   std::uint64_t errors = 0;  // reported to Options::on_error
 };
@@ -119,7 +124,8 @@ struct DispatcherStats {
 class Dispatcher {
  public:
   struct Options {
-    // Events taken from one source per pass before the next source's turn.
+    // Events taken from one source per pass before the next source's turn
+    // (from a completion channel, also no more than the CQs it serves).
     unsigned batch = 16;
     // Called on the dispatching thread with what went wrong. The default
     // writes to stderr.

@@ -324,9 +324,9 @@ void rearm(DispatcherState& state, CqEntry& entry) {
 // after it raises a new event, even if this drain takes it (that event then
 // finds the CQ empty). In adaptive mode, keep polling between the first drain
 // and the re-arm while completions come, until the CQ has been quiet for the
-// budget.
-void serve_cq(DispatcherState& state, CqEntry& entry) {
-  std::uint64_t drained = drain(state, entry);
+// budget. `drained`: completions the caller took for this event already.
+void serve_cq(DispatcherState& state, CqEntry& entry, std::uint64_t drained) {
+  drained += drain(state, entry);
   const auto budget = entry.options.poll_budget;
   if (budget.count() > 0) {
     // Reading the clock costs more than an empty poll: look every 64 polls.
@@ -353,20 +353,37 @@ void serve_cq(DispatcherState& state, CqEntry& entry) {
   }
 }
 
-// A CQ raises one event per arm, and it is re-armed only here, after its
-// event is read: so when epoll reports the channel, it holds at most one
-// event per watched CQ. Reading more than that would only find EAGAIN, a
-// system call on every wake-up of a latency-bound loop; anything raised
-// while serving keeps the level-triggered fd ready for the next pass.
-unsigned events_to_read(DispatcherState& state, ChannelSource& source) {
+// What epoll's report of a channel tells before any read. A CQ raises one
+// event per arm, and it is re-armed only after its event is read: so the
+// channel holds at most one event per watched CQ, and reading more would only
+// find EAGAIN, a system call on every wake-up of a latency-bound loop
+// (anything raised while serving keeps the level-triggered fd ready for the
+// next pass). A channel that serves one CQ can only hold that CQ's event.
+struct ChannelReport {
+  unsigned events_to_read;
+  std::shared_ptr<CqEntry> only_cq;
+};
+
+ChannelReport inspect(DispatcherState& state, ChannelSource& source) {
   std::lock_guard<std::mutex> lock(source.mutex);
   const std::size_t watched = std::max<std::size_t>(source.cqs.size(), 1);
-  return static_cast<unsigned>(std::min<std::size_t>(state.options.batch, watched));
+  return {static_cast<unsigned>(std::min<std::size_t>(state.options.batch, watched)),
+          source.cqs.size() == 1 ? source.cqs.begin()->second : nullptr};
 }
 
 void serve_channel(DispatcherState& state, ChannelSource& source) {
-  const unsigned limit = events_to_read(state, source);
-  for (unsigned i = 0; i < limit && !source.guard.closed(); ++i) {
+  const ChannelReport report = inspect(state, source);
+  // With one CQ on the channel, drain it before reading its event: the
+  // handler's reply then costs no system call after the wake-up. Reading the
+  // event, counting it and re-arming follow, so the arm still precedes the
+  // last drain. (If that CQ was released meanwhile, the event read below is
+  // a stale one: acked there; this drain then found the CQ closed or empty.)
+  std::uint64_t drained_early = 0;
+  if (report.only_cq && report.only_cq->guard.try_enter()) {
+    drained_early = drain(state, *report.only_cq);
+    report.only_cq->guard.leave();
+  }
+  for (unsigned i = 0; i < report.events_to_read && !source.guard.closed(); ++i) {
     std::shared_ptr<CqEntry> entry;
     {
       std::lock_guard<std::mutex> lock(source.mutex);
@@ -401,7 +418,8 @@ void serve_channel(DispatcherState& state, ChannelSource& source) {
       }
     }
     if (!entry->guard.try_enter()) continue;
-    serve_cq(state, *entry);
+    serve_cq(state, *entry,
+             entry == report.only_cq ? std::exchange(drained_early, 0) : 0);
     entry->guard.leave();
   }
 }

@@ -15,6 +15,9 @@
 // counts it for acking, drains the CQ in batches into the handler, re-arms,
 // and drains again before it sleeps (stage II): the handler's reply does not
 // wait for the re-arm, and nothing landing around the re-arm is missed. A
+// channel that serves one CQ (the default: each CompletionQueue has its own)
+// is drained even before its event is read, so that a reply costs no system
+// call after the wake-up. A
 // completion that lands between re-arm and last drain is drained at once and
 // leaves an event with nothing to poll: that empty event is expected and
 // counted, not an error. Acks are amortised: one

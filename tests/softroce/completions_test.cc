@@ -178,6 +178,34 @@ BOOST_AUTO_TEST_CASE(a_completion_landing_while_the_handler_runs_needs_no_new_ev
   BOOST_TEST(link.env.errors().empty());
 }
 
+// A CQ with its own channel is drained as soon as epoll reports the channel:
+// the handler runs (and could post its reply) before the event is read.
+BOOST_AUTO_TEST_CASE(a_cq_of_its_own_channel_is_drained_before_its_event_is_read) {
+  Link link;
+  std::shared_ptr<CompletionQueue> recv_cq;
+  std::atomic<int> calls{0};
+  std::atomic<std::uint64_t> events_read_at_first_call{~0ull};
+  recv_cq = link.cq(
+      [&](const CompletionBatch&) {
+        if (calls++ == 0) events_read_at_first_call = recv_cq->completion_stats().events;
+      },
+      1);
+  auto a = link.qp(plain_cq(link.env.device), plain_cq(link.env.device));
+  auto b = link.qp(plain_cq(link.env.device), recv_cq);
+  connect_rc_pair(*a, *b);
+  post_recv(*b, *link.mr, link.slot(10), 10);
+  post_send(*a, *link.mr, link.slot(0), 0);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (recv_cq->completion_stats().events == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_TEST(calls.load() == 1);
+  BOOST_TEST(events_read_at_first_call.load() == 0u);
+  BOOST_TEST(recv_cq->completion_stats().events == 1u);
+  BOOST_TEST(recv_cq->completion_stats().empty_events == 0u);
+}
+
 // An event whose completion was taken before the dispatcher read it (by the
 // last drain of an earlier wake-up, or here by the application) finds the CQ
 // empty: counted, no handler call, no error, and the CQ is armed again.

@@ -44,23 +44,23 @@ cpu_values() {
   local r
   for r in $(seq "$rounds"); do cpu_total "$(section "$1 $r" | grep '^cpu')"; echo; done
 }
+# Every round's value of one statistic (typical, avg or p99, in us) of one
+# configuration.
+values() {
+  if [[ $2 == perftest ]]; then
+    local -A column=([typical]=5 [avg]=6 [p99]=8)
+    perftest_values "$1" "${column[$3]}"
+  else
+    ibev_values "$1" "$3_us"
+  fi
+}
 # One latency table row: name, then typical, average, p99, CPU medians.
 row() {
-  local config=$1 kind=$2 t a p c
-  if [[ $kind == perftest ]]; then
-    t=$(perftest_values "$config" 5 | median) a=$(perftest_values "$config" 6 | median)
-    p=$(perftest_values "$config" 8 | median)
-  else
-    t=$(ibev_values "$config" typical_us | median) a=$(ibev_values "$config" avg_us | median)
-    p=$(ibev_values "$config" p99_us | median)
-  fi
-  c=$(cpu_values "$config" | median)
-  echo "$t $a $p $c"
+  local config=$1 kind=$2
+  echo "$(values "$config" "$kind" typical | median) $(values "$config" "$kind" avg | median)" \
+    "$(values "$config" "$kind" p99 | median) $(cpu_values "$config" | median)"
 }
-# Every round's typical one-way latency of one configuration.
-typicals() {
-  if [[ $2 == perftest ]]; then perftest_values "$1" 5; else ibev_values "$1" typical_us; fi
-}
+typicals() { values "$1" "$2" typical; }
 all_rounds() { typicals "$1" "$2" | paste -sd' '; }
 # Each round's ratio of a configuration to its baseline in the same round
 # (the machine drifts between rounds, far less within one), and their median.

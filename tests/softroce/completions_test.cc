@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <array>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -84,6 +85,15 @@ struct Link {
     return CompletionQueue::create(env.device, std::move(handler), nullptr, options);
   }
 };
+
+// Waits for `done()`; false if it stayed false for `limit`.
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  return done();
+}
 
 void expect_each_once(const std::map<std::uint64_t, int>& seen, std::uint64_t first,
                       std::uint64_t count) {
@@ -195,11 +205,7 @@ BOOST_AUTO_TEST_CASE(a_cq_of_its_own_channel_is_drained_before_its_event_is_read
   connect_rc_pair(*a, *b);
   post_recv(*b, *link.mr, link.slot(10), 10);
   post_send(*a, *link.mr, link.slot(0), 0);
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (recv_cq->completion_stats().events == 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
+  BOOST_REQUIRE(eventually([&] { return recv_cq->completion_stats().events > 0; }, 20s));
   BOOST_TEST(calls.load() == 1);
   BOOST_TEST(events_read_at_first_call.load() == 0u);
   BOOST_TEST(recv_cq->completion_stats().events == 1u);
@@ -220,13 +226,7 @@ BOOST_AUTO_TEST_CASE(an_event_that_finds_the_cq_empty_is_counted_and_rearms) {
 
   post_recv(*b, *link.mr, link.slot(10), 10);
   post_send(*a, *link.mr, link.slot(0), 0);
-  ibv_wc wc{};
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  int taken = 0;
-  while (taken == 0 && std::chrono::steady_clock::now() < deadline) {
-    taken = ibv_poll_cq(recv_cq->get(), 1, &wc);
-  }
-  BOOST_REQUIRE(taken == 1);
+  BOOST_REQUIRE(poll_completions(recv_cq->get(), 1, 20s).size() == 1u);
   const auto dispatch_until = [&](std::uint64_t events) {
     const auto limit = std::chrono::steady_clock::now() + 20s;
     while (recv_cq->completion_stats().events < events &&
@@ -361,15 +361,6 @@ class Gate {
   std::atomic<bool> open_{false};
 };
 
-// Waits for `flag`; false if it stayed false for `limit`.
-bool becomes_true(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!flag && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
-  return flag;
-}
-
 // Confirms the dispatcher still runs: an injected event comes back.
 void expect_dispatcher_alive(Env& env) {
   Recorder heard;
@@ -408,7 +399,7 @@ BOOST_AUTO_TEST_CASE(a_cq_in_its_own_cq_err_handler) {
     for (int i = 0; i < 3; ++i) post_recv(*b, *link.mr, link.slot(10 + i), i);
     for (int i = 0; i < 3; ++i) post_send(*doomed.a, *link.mr, link.slot(i), i);
     setup_done.open();
-    if (!becomes_true(destroyed, 20s)) ++hung;
+    if (!eventually([&] { return destroyed.load(); }, 20s)) ++hung;
     while (ibv_poll_cq(recv_cq->get(), 1, std::array<ibv_wc, 1>{}.data()) > 0) {
     }
   }
@@ -442,7 +433,7 @@ BOOST_AUTO_TEST_CASE(an_srq_in_its_own_limit_handler) {
     doomed.srq->arm_limit(4);
     for (int i = 0; i < 5; ++i) post_send(*a, *link.mr, link.slot(i), i);
     setup_done.open();
-    if (!becomes_true(destroyed, 20s)) ++hung;
+    if (!eventually([&] { return destroyed.load(); }, 20s)) ++hung;
     a.reset();
     std::array<ibv_wc, 16> wcs;
     while (ibv_poll_cq(cq->get(), 16, wcs.data()) > 0) {
@@ -471,7 +462,7 @@ BOOST_AUTO_TEST_CASE(a_qp_in_its_own_sq_drained_handler) {
     connect_rc_pair(*doomed, *b);
     doomed->drain_send_queue();
     setup_done.open();
-    if (!becomes_true(destroyed, 20s)) ++hung;
+    if (!eventually([&] { return destroyed.load(); }, 20s)) ++hung;
   }
   BOOST_TEST(hung == 0);
   expect_dispatcher_alive(link.env);

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "dispatch/dispatcher.h"
+#include <ibev/dispatch/dispatcher.h>
 
 int main() {
   constexpr int kEvents = 1'000'000;

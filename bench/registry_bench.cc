@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "core/registry.h"
+#include <ibev/core/registry.h>
 
 namespace {
 

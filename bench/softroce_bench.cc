@@ -34,10 +34,10 @@
 #include <thread>
 #include <vector>
 
-#include "verbs/completion_queue.h"
-#include "verbs/device.h"
-#include "verbs/protection_domain.h"
-#include "verbs/queue_pair.h"
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/queue_pair.h>
 
 namespace {
 

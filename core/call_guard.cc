@@ -1,4 +1,4 @@
-#include "core/call_guard.h"
+#include <ibev/core/call_guard.h>
 
 #include <algorithm>
 #include <array>

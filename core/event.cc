@@ -1,4 +1,4 @@
-#include "core/event.h"
+#include <ibev/core/event.h>
 
 #include <cstring>
 #include <stdexcept>

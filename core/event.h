@@ -23,7 +23,7 @@
 #include <string_view>
 #include <variant>
 
-#include "core/event_type.h"
+#include <ibev/core/event_type.h>
 
 namespace ibev {
 

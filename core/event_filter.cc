@@ -1,4 +1,4 @@
-#include "core/event_filter.h"
+#include <ibev/core/event_filter.h>
 
 #include <stdexcept>
 #include <string>

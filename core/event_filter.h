@@ -16,7 +16,7 @@
 #include <initializer_list>
 #include <optional>
 
-#include "core/event.h"
+#include <ibev/core/event.h>
 
 namespace ibev {
 

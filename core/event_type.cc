@@ -1,4 +1,4 @@
-#include "core/event_type.h"
+#include <ibev/core/event_type.h>
 
 #include <ostream>
 

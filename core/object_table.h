@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/event_type.h"
+#include <ibev/core/event_type.h>
 
 namespace ibev::detail {
 

@@ -1,4 +1,4 @@
-#include "core/registry.h"
+#include <ibev/core/registry.h>
 
 #include <atomic>
 #include <boost/signals2/signal.hpp>
@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/call_guard.h"
+#include <ibev/core/call_guard.h>
 
 namespace ibev {
 namespace detail {

@@ -41,9 +41,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/event.h"
-#include "core/event_filter.h"
-#include "core/object_table.h"
+#include <ibev/core/event.h>
+#include <ibev/core/event_filter.h>
+#include <ibev/core/object_table.h>
 
 namespace ibev {
 

@@ -1,4 +1,4 @@
-#include "dispatch/dispatcher.h"
+#include <ibev/dispatch/dispatcher.h>
 
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/call_guard.h"
+#include <ibev/core/call_guard.h>
 
 namespace ibev {
 namespace detail {

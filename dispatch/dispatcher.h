@@ -49,9 +49,9 @@
 #include <string_view>
 #include <thread>
 
-#include "core/event.h"
-#include "core/registry.h"
-#include "dispatch/watch.h"
+#include <ibev/core/event.h>
+#include <ibev/core/registry.h>
+#include <ibev/dispatch/watch.h>
 
 namespace ibev {
 

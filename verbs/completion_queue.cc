@@ -1,4 +1,4 @@
-#include "verbs/completion_queue.h"
+#include <ibev/verbs/completion_queue.h>
 
 #include <cerrno>
 #include <stdexcept>

@@ -20,10 +20,10 @@
 
 #include <memory>
 
-#include "core/registry.h"
-#include "dispatch/dispatcher.h"
-#include "verbs/device.h"
-#include "verbs/ownership.h"
+#include <ibev/core/registry.h>
+#include <ibev/dispatch/dispatcher.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/ownership.h>
 
 namespace ibev {
 

@@ -1,4 +1,4 @@
-#include "verbs/device.h"
+#include <ibev/verbs/device.h>
 
 #include <cerrno>
 #include <utility>

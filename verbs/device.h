@@ -21,11 +21,11 @@
 #include <string_view>
 #include <vector>
 
-#include "core/event_filter.h"
-#include "core/registry.h"
-#include "dispatch/dispatcher.h"
-#include "dispatch/watch.h"
-#include "verbs/ownership.h"
+#include <ibev/core/event_filter.h>
+#include <ibev/core/registry.h>
+#include <ibev/dispatch/dispatcher.h>
+#include <ibev/dispatch/watch.h>
+#include <ibev/verbs/ownership.h>
 
 namespace ibev {
 

@@ -1,4 +1,4 @@
-#include "verbs/ownership.h"
+#include <ibev/verbs/ownership.h>
 
 #include <cerrno>
 #include <cstdio>

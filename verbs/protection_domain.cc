@@ -1,4 +1,4 @@
-#include "verbs/protection_domain.h"
+#include <ibev/verbs/protection_domain.h>
 
 #include <cerrno>
 #include <stdexcept>

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "verbs/device.h"
-#include "verbs/ownership.h"
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/ownership.h>
 
 namespace ibev {
 

@@ -1,4 +1,4 @@
-#include "verbs/queue_pair.h"
+#include <ibev/verbs/queue_pair.h>
 
 #include <cerrno>
 #include <stdexcept>

@@ -17,11 +17,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/registry.h"
-#include "verbs/completion_queue.h"
-#include "verbs/ownership.h"
-#include "verbs/protection_domain.h"
-#include "verbs/shared_receive_queue.h"
+#include <ibev/core/registry.h>
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/ownership.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/shared_receive_queue.h>
 
 namespace ibev {
 

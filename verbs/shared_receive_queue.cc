@@ -1,4 +1,4 @@
-#include "verbs/shared_receive_queue.h"
+#include <ibev/verbs/shared_receive_queue.h>
 
 #include <cerrno>
 #include <stdexcept>

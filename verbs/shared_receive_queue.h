@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/registry.h"
-#include "verbs/ownership.h"
-#include "verbs/protection_domain.h"
+#include <ibev/core/registry.h>
+#include <ibev/verbs/ownership.h>
+#include <ibev/verbs/protection_domain.h>
 
 namespace ibev {
 

@@ -1,4 +1,4 @@
-#include "verbs/work_queue.h"
+#include <ibev/verbs/work_queue.h>
 
 #include <cerrno>
 #include <stdexcept>

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/event.h"
+#include <ibev/core/event.h>
 
 namespace ibev::watch {
 

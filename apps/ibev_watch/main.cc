@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "apps/ibev_watch/format.h"
-#include "core/registry.h"
-#include "dispatch/dispatcher.h"
-#include "verbs/device.h"
+#include <ibev/core/registry.h>
+#include <ibev/dispatch/dispatcher.h>
+#include <ibev/verbs/device.h>
 
 namespace {
 

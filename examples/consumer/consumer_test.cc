@@ -3,8 +3,8 @@
 // Exits 0 on success; prints "1 passed, 0 failed" for the test runner.
 #include <cstdio>
 
-#include "core/registry.h"
-#include "dispatch/dispatcher.h"
+#include <ibev/core/registry.h>
+#include <ibev/dispatch/dispatcher.h>
 
 int main() {
   ibev::Registry registry;

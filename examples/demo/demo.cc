@@ -18,11 +18,11 @@
 #include <thread>
 #include <vector>
 
-#include "verbs/completion_queue.h"
-#include "verbs/device.h"
-#include "verbs/protection_domain.h"
-#include "verbs/queue_pair.h"
-#include "verbs/shared_receive_queue.h"
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/shared_receive_queue.h>
 
 namespace {
 

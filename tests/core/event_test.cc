@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/event.h"
+#include <ibev/core/event.h>
 
 namespace bdata = boost::unit_test::data;
 using ibev::ElementKind;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/event_type.h"
+#include <ibev/core/event_type.h>
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/object_table.h"
+#include <ibev/core/object_table.h>
 
 namespace bdata = boost::unit_test::data;
 using ibev::ElementKind;

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/registry.h"
+#include <ibev/core/registry.h>
 
 using ibev::Attachment;
 using ibev::Event;

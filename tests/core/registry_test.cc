@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/registry.h"
+#include <ibev/core/registry.h>
 
 namespace bdata = boost::unit_test::data;
 using ibev::Attachment;

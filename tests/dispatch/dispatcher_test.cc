@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "dispatch/dispatcher.h"
+#include <ibev/dispatch/dispatcher.h>
 
 using namespace std::chrono_literals;
 using ibev::Dispatcher;

@@ -17,7 +17,7 @@
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
-#include "verbs/work_queue.h"
+#include <ibev/verbs/work_queue.h>
 
 namespace bdata = boost::unit_test::data;
 using namespace ibev;

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/event.h"
+#include <ibev/core/event.h>
 
 extern "C" char** environ;
 

@@ -100,9 +100,7 @@ Event Event::from_async(ibv_context* device,
 Event Event::synthesize(ibv_context* device, int code, Element element) {
   const EventTypeInfo* info = find_event_type(code);
   const ElementKind want = info != nullptr ? info->element : ElementKind::kDevice;
-  const std::string what = info != nullptr
-                               ? std::string(info->enumerator)
-                               : "unknown event code " + std::to_string(code);
+  const std::string what = describe_event_code(code);
   if (kind_of(element) != want) {
     throw std::invalid_argument("Event::synthesize: " + what + " carries " +
                                 element_description(want) + ", not " +
@@ -126,7 +124,13 @@ Event Event::synthesize(ibv_context* device, int code, Element element) {
 
 std::string_view Event::name() const noexcept {
   const EventTypeInfo* i = info();
-  return i != nullptr ? i->name : std::string_view("unknown");
+  if (i != nullptr) return i->name;
+  // A code this build does not classify may still be one the libibverbs in
+  // use names (rdma-core 62 names 20 "Device link speed change"); it says
+  // "unknown" for the rest, and its strings are static. Only codes within
+  // ibv_event_type's range of values (0..31) may be converted to it.
+  if (code_ < 0 || code_ > 31) return "unknown";
+  return ibv_event_type_str(static_cast<ibv_event_type>(code_));
 }
 
 Severity Event::severity() const noexcept {

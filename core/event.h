@@ -69,7 +69,9 @@ class Event {
   // nullptr for a code this build does not know.
   const EventTypeInfo* info() const noexcept { return find_event_type(code_); }
   bool known() const noexcept { return info() != nullptr; }
-  // As ibv_event_type_str() spells it ("unknown" for unknown codes).
+  // As ibv_event_type_str() of the libibverbs in use spells it: for a code
+  // this build does not classify, rdma-core's own name if it has one (20 is
+  // "Device link speed change" from rdma-core 62), else "unknown".
   std::string_view name() const noexcept;
   Severity severity() const noexcept;
   ElementKind element_kind() const noexcept { return kind_of(element_); }

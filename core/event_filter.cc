@@ -1,24 +1,42 @@
 #include <ibev/core/event_filter.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 namespace ibev {
+namespace {
 
-EventFilter::EventFilter(std::initializer_list<ibv_event_type> types)
-    : all_types_(false) {
-  if (types.size() == 0) {
+void require_some(std::size_t count) {
+  if (count == 0) {
     throw std::invalid_argument(
         "EventFilter: an empty set of event types would match nothing");
   }
-  for (ibv_event_type type : types) {
-    const int code = static_cast<int>(type);
-    if (find_event_type(code) == nullptr) {
-      throw std::invalid_argument("EventFilter: " + std::to_string(code) +
-                                  " is not an ibv_event_type");
-    }
-    types_ |= std::uint32_t{1} << code;
+}
+
+}  // namespace
+
+EventFilter::EventFilter(std::initializer_list<ibv_event_type> types)
+    : all_types_(false) {
+  require_some(types.size());
+  for (ibv_event_type type : types) add(static_cast<int>(type));
+}
+
+EventFilter EventFilter::of_codes(std::initializer_list<int> codes) {
+  require_some(codes.size());
+  EventFilter filter;
+  filter.all_types_ = false;
+  for (int code : codes) filter.add(code);
+  return filter;
+}
+
+void EventFilter::add(int code) {
+  if (code >= 0 && code < kMaskCodes) {
+    mask_ |= std::uint64_t{1} << code;
+    return;
   }
+  const auto at = std::lower_bound(others_.begin(), others_.end(), code);
+  if (at == others_.end() || *at != code) others_.insert(at, code);
 }
 
 EventFilter& EventFilter::on_port(int port) {
@@ -33,8 +51,24 @@ EventFilter& EventFilter::on_port(int port) {
 
 bool EventFilter::has_type(int code) const noexcept {
   if (all_types_) return true;
-  return find_event_type(code) != nullptr &&
-         (types_ & (std::uint32_t{1} << code)) != 0;
+  if (code >= 0 && code < kMaskCodes) {
+    return (mask_ & (std::uint64_t{1} << code)) != 0;
+  }
+  return std::binary_search(others_.begin(), others_.end(), code);
+}
+
+std::vector<int> EventFilter::types() const {
+  std::vector<int> codes;
+  for (int code : others_) {
+    if (code < 0) codes.push_back(code);
+  }
+  for (int code = 0; code < kMaskCodes; ++code) {
+    if ((mask_ & (std::uint64_t{1} << code)) != 0) codes.push_back(code);
+  }
+  for (int code : others_) {
+    if (code >= kMaskCodes) codes.push_back(code);
+  }
+  return codes;
 }
 
 bool EventFilter::matches(const Event& event) const noexcept {

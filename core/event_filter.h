@@ -1,12 +1,16 @@
 // ibev::EventFilter: which events a handler wants.
 //
-// A filter is a set of event types, optionally narrowed to one port. The
+// A filter is a set of event codes, optionally narrowed to one port. The
 // default filter takes every event that can reach the handler it is given to:
 // for a device listener, every port and device event including codes ibev does
-// not know; for an object handler, every event of that object. A filter is a
-// small value; Registry checks it against what it is attached to, so a QP
-// handler cannot ask for CQ_ERR and a listener cannot ask for QP events (those
-// go to the QP's own handlers only).
+// not know; for an object handler, every event of that object. Any code may be
+// named, including codes after IBV_EVENT_WQ_FATAL that a newer kernel and
+// rdma-core raise (IBV_EVENT_DEVICE_SPEED_CHANGE is 20 from rdma-core 62 on):
+// like every code ibev does not classify, they are device-scope events, for
+// listeners. A filter is a value, cheap to copy for the codes rdma-core
+// defines; Registry checks it against what it is attached to, so a QP handler
+// cannot ask for CQ_ERR and a listener cannot ask for QP events (those go to
+// the QP's own handlers only).
 #ifndef IBEV_CORE_EVENT_FILTER_H_
 #define IBEV_CORE_EVENT_FILTER_H_
 
@@ -15,6 +19,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <vector>
 
 #include <ibev/core/event.h>
 
@@ -25,9 +30,13 @@ class EventFilter {
   // Every event that can reach the handler.
   EventFilter() noexcept = default;
 
-  // Exactly these types. Throws std::invalid_argument when `types` is empty
-  // or names a code outside rdma-core's ibv_event_type.
+  // Exactly these types. Throws std::invalid_argument when `types` is empty.
   EventFilter(std::initializer_list<ibv_event_type> types);
+
+  // Exactly these codes, for codes the ibv_event_type of the rdma-core
+  // headers in use does not name (EventFilter::of_codes({20})). Throws
+  // std::invalid_argument when `codes` is empty.
+  static EventFilter of_codes(std::initializer_list<int> codes);
 
   // Narrows the filter to events of port `port` (throws std::invalid_argument
   // for a port below 1). Device events (DEVICE_FATAL, unknown codes) carry no
@@ -40,10 +49,16 @@ class EventFilter {
   bool all_types() const noexcept { return all_types_; }
   // True when `code` is one of the filter's types (or all_types()).
   bool has_type(int code) const noexcept;
+  // The codes named, ascending; empty when all_types().
+  std::vector<int> types() const;
   std::optional<int> port() const noexcept { return port_; }
 
  private:
-  std::uint32_t types_ = 0;  // bit i: event code i
+  void add(int code);
+
+  static constexpr int kMaskCodes = 64;
+  std::uint64_t mask_ = 0;  // bit i: code i, for 0 <= i < kMaskCodes
+  std::vector<int> others_;  // any other code, sorted; empty for rdma-core's
   bool all_types_ = true;
   std::optional<int> port_;
 };

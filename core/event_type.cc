@@ -4,6 +4,12 @@
 
 namespace ibev {
 
+std::string describe_event_code(int code) {
+  const EventTypeInfo* info = find_event_type(code);
+  return info != nullptr ? std::string(info->enumerator)
+                         : "event code " + std::to_string(code);
+}
+
 std::string_view to_string(ElementKind kind) noexcept {
   switch (kind) {
     case ElementKind::kCq:

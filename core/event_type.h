@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <string>
 #include <string_view>
 
 namespace ibev {
@@ -105,6 +106,17 @@ constexpr const EventTypeInfo* find_event_type(int code) noexcept {
   }
   return &kEventTypes[static_cast<std::size_t>(code)];
 }
+
+// What an event of `code` names: its row's element, or kDevice for a code this
+// build does not know (ibev keeps such events as device-scope).
+constexpr ElementKind element_of(int code) noexcept {
+  const EventTypeInfo* info = find_event_type(code);
+  return info != nullptr ? info->element : ElementKind::kDevice;
+}
+
+// For messages: the enumerator ("IBV_EVENT_PORT_ERR"), or "event code 20" for
+// a code this build does not know.
+std::string describe_event_code(int code);
 
 // "cq", "qp", "srq", "wq", "port", "device".
 std::string_view to_string(ElementKind kind) noexcept;

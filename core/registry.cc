@@ -310,13 +310,13 @@ Attachment Registry::attach_object(const char* verb, ObjectKey key,
         std::string(verb) + ": a port filter means nothing to an object's " +
         "handler; object events carry no port");
   }
-  for (const EventTypeInfo& info : kEventTypes) {
-    if (!filter.all_types() && filter.has_type(info.type) &&
-        info.element != key.kind) {
+  for (int code : filter.types()) {
+    if (element_of(code) != key.kind) {
       throw std::invalid_argument(
-          std::string(verb) + ": " + std::string(info.enumerator) + " is a " +
-          std::string(to_string(info.element)) + " event and never reaches a " +
-          std::string(to_string(key.kind)) + " handler");
+          std::string(verb) + ": " + describe_event_code(code) + " is a " +
+          std::string(to_string(element_of(code))) +
+          " event and never reaches a " + std::string(to_string(key.kind)) +
+          " handler");
     }
   }
 
@@ -348,12 +348,11 @@ Attachment Registry::listen(ibv_context* device, Handler handler,
     throw std::invalid_argument("Registry::listen: the device is null");
   }
   require_handler("Registry::listen", static_cast<bool>(handler));
-  for (const EventTypeInfo& info : kEventTypes) {
-    if (!filter.all_types() && filter.has_type(info.type) &&
-        is_object(info.element)) {
+  for (int code : filter.types()) {
+    if (is_object(element_of(code))) {
       throw std::invalid_argument(
-          "Registry::listen: " + std::string(info.enumerator) + " is a " +
-          std::string(to_string(info.element)) +
+          "Registry::listen: " + describe_event_code(code) + " is a " +
+          std::string(to_string(element_of(code))) +
           " event; it reaches only that object's handlers (attach one)");
     }
   }

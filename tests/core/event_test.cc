@@ -160,7 +160,12 @@ BOOST_DATA_TEST_CASE(unknown_codes_are_kept_with_their_bits,
   const Event event = Event::from_async(fake_device(), raw);
   BOOST_TEST(!event.known());
   BOOST_TEST(event.code() == code);
-  BOOST_TEST(event.name() == "unknown");
+  // rdma-core's own name where the libibverbs in use has one (20 from
+  // rdma-core 62 on), "unknown" otherwise; never a crash for odd codes.
+  const std::string rdma_core_name =
+      code >= 0 && code <= 31 ? ibv_event_type_str(static_cast<ibv_event_type>(code))
+                              : "unknown";
+  BOOST_TEST(std::string(event.name()) == rdma_core_name);
   BOOST_TEST(event.severity() == ibev::Severity::kUnknown);
   BOOST_TEST(event.element_kind() == ElementKind::kDevice);
   const auto* opaque = std::get_if<ibev::OpaqueElement>(&event.element());

@@ -188,6 +188,35 @@ BOOST_AUTO_TEST_CASE(type_filters_select) {
   BOOST_TEST(srq_all == 2);
 }
 
+// Codes after IBV_EVENT_WQ_FATAL come from newer kernels and rdma-core
+// (IBV_EVENT_DEVICE_SPEED_CHANGE is 20 from rdma-core 62 on); a listener can
+// ask for exactly them, by code, and hears nothing else.
+BOOST_DATA_TEST_CASE(a_listener_can_subscribe_to_codes_newer_than_this_build,
+                     bdata::make({20, 21, 63, 64, 100000, -7}), code) {
+  Registry registry;
+  ibv_context device{};
+  std::vector<int> heard;
+  Attachment newer = registry.listen(
+      &device, [&](const Event& e) { heard.push_back(e.code()); },
+      EventFilter::of_codes({code}));
+  registry.route(Event::synthesize(&device, code, ibev::OpaqueElement{7}));
+  registry.route(Event::synthesize(&device, code + 1, ibev::OpaqueElement{7}));
+  registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
+  registry.route(Event::synthesize(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{}));
+  BOOST_TEST(heard == std::vector<int>{code});
+}
+
+BOOST_AUTO_TEST_CASE(a_newer_code_by_its_enum_value_is_accepted_too) {
+  // As code written against rdma-core >= 62 spells it.
+  const EventFilter filter{IBV_EVENT_PORT_ERR, static_cast<ibv_event_type>(20)};
+  BOOST_TEST(filter.has_type(20));
+  BOOST_TEST(filter.has_type(IBV_EVENT_PORT_ERR));
+  BOOST_TEST(!filter.has_type(19));
+  BOOST_TEST(filter.types() == (std::vector<int>{IBV_EVENT_PORT_ERR, 20}));
+  BOOST_TEST(EventFilter::of_codes({100000, 3, -2, 3}).types() ==
+             (std::vector<int>{-2, 3, 100000}));
+}
+
 BOOST_AUTO_TEST_CASE(an_object_hears_its_events_after_a_sibling_leaves) {
   Registry registry;
   ibv_context device{};
@@ -495,9 +524,18 @@ BOOST_AUTO_TEST_CASE(filters_for_the_wrong_kind_of_object) {
 BOOST_AUTO_TEST_CASE(empty_and_invalid_filters) {
   expect_invalid([] { EventFilter empty{std::initializer_list<ibv_event_type>{}}; },
                  "empty set of event types");
+  expect_invalid([] { EventFilter::of_codes({}); }, "empty set of event types");
   expect_invalid([] { EventFilter().on_port(0); }, "port numbers start at 1");
-  expect_invalid([] { EventFilter{static_cast<ibv_event_type>(25)}; },
-                 "25 is not an ibv_event_type");
+}
+
+BOOST_AUTO_TEST_CASE(newer_codes_are_device_events_not_object_events) {
+  Registry registry;
+  ibv_qp qp{};
+  expect_invalid(
+      [&] {
+        (void)registry.attach(&qp, [](const Event&) {}, EventFilter::of_codes({20}));
+      },
+      "event code 20 is a device event and never reaches a qp handler");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

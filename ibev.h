@@ -1,0 +1,27 @@
+// <ibev/ibev.h>: all of ibev's public API in one include.
+//
+// ibev gives userspace RDMA code the kernel's event model: objects take their
+// event handlers when they are made (verbs/), a Dispatcher reads every async
+// fd and completion channel and routes through a Registry (dispatch/, core/).
+// Each header included here states its own guarantees: thread-safety,
+// lifetime, and which thread runs a handler. Include a single header instead
+// (e.g. <ibev/verbs/queue_pair.h>) to depend on less.
+#ifndef IBEV_IBEV_H_
+#define IBEV_IBEV_H_
+
+#include <ibev/version.h>
+
+#include <ibev/core/event.h>
+#include <ibev/core/event_filter.h>
+#include <ibev/core/event_type.h>
+#include <ibev/core/registry.h>
+#include <ibev/dispatch/dispatcher.h>
+#include <ibev/dispatch/watch.h>
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/shared_receive_queue.h>
+#include <ibev/verbs/work_queue.h>
+
+#endif  // IBEV_IBEV_H_

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include <ibev/core/registry.h>
 #include <ibev/verbs/completion_queue.h>
@@ -29,11 +30,34 @@ namespace detail {
 inline constexpr char kDestroyQp[] = "ibv_destroy_qp";
 }  // namespace detail
 
-// What a peer needs to reach an RC QP.
+// What a peer needs to reach an RC QP: what ibv_rc_pingpong exchanges.
 struct RcEndpoint {
   std::uint32_t qp_num;
   ibv_gid gid;
+  // The first PSN the QP sends with (24 bits); the peer's rq_psn.
   std::uint32_t psn;
+  // The port's LID on InfiniBand, used when no GRH is needed; 0 on RoCE.
+  std::uint16_t lid = 0;
+};
+
+// The attributes real RC code sets on the way to RTS. The defaults are
+// ibv_rc_pingpong's (and ibev's before this struct existed).
+struct ConnectOptions {
+  std::uint8_t port = 1;
+  int gid_index = 0;  // the source GID, for RoCE and for a GRH on InfiniBand
+  unsigned int access_flags =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  std::optional<ibv_mtu> path_mtu;  // unset: the port's active MTU
+  std::uint8_t timeout = 14;        // local ACK timeout: 4.096 us << timeout
+  std::uint8_t retry_cnt = 7;
+  std::uint8_t rnr_retry = 7;       // 7 retries for ever
+  std::uint8_t min_rnr_timer = 12;  // IB's encoding: 12 is 0.64 ms
+  std::uint8_t max_rd_atomic = 1;       // RDMA reads/atomics in flight, as initiator
+  std::uint8_t max_dest_rd_atomic = 1;  // ... as responder
+  std::uint8_t service_level = 0;
+  std::uint8_t traffic_class = 0;  // GRH
+  std::uint8_t hop_limit = 1;      // GRH
+  std::uint16_t pkey_index = 0;
 };
 
 struct QueuePairOptions {
@@ -43,7 +67,31 @@ struct QueuePairOptions {
   ibv_qp_type type = IBV_QPT_RC;
   ibv_qp_cap cap{16, 16, 1, 1, 0};
   bool signal_all = false;
+  // The first PSN this QP sends with, as endpoint() advertises it and
+  // connect() sets it (sq_psn). Unset: random in 24 bits, as ibv_rc_pingpong
+  // picks it, so that a reconnected QP is not confused by stale packets.
+  std::optional<std::uint32_t> psn;
 };
+
+namespace detail {
+// The three modify_qp steps of an RC connection: attributes and masks.
+struct RcTransitions {
+  ibv_qp_attr init{};
+  int init_mask = 0;
+  ibv_qp_attr rtr{};
+  int rtr_mask = 0;
+  ibv_qp_attr rts{};
+  int rts_mask = 0;
+};
+
+// What connect() sets, from the local port and the options alone. RoCE ports
+// always address by GRH; InfiniBand ports by LID, with a GRH only when the
+// remote is in another subnet (its GID's prefix differs from `local_gid`'s).
+// Throws std::invalid_argument for an InfiniBand remote without a LID.
+RcTransitions rc_transitions(const RcEndpoint& remote, std::uint32_t own_psn,
+                             const ibv_port_attr& port, const ibv_gid& local_gid,
+                             const ConnectOptions& options);
+}  // namespace detail
 
 class QueuePair {
  public:
@@ -63,10 +111,16 @@ class QueuePair {
   // ibv_modify_qp; throws std::system_error naming `step`.
   void modify(ibv_qp_attr& attr, int mask, const char* step = "ibv_modify_qp");
 
-  // This QP as an RC peer sees it (GID `gid_index` of `port`, PSN 0).
+  // The first PSN this QP sends with (QueuePairOptions::psn).
+  std::uint32_t psn() const noexcept { return psn_; }
+
+  // This QP as an RC peer sees it: GID `gid_index` and LID of `port`, and
+  // psn(), the PSN connect() will send with.
   RcEndpoint endpoint(std::uint8_t port = 1, int gid_index = 0) const;
-  // RESET -> INIT -> RTR -> RTS, connected to `remote` over RoCE (GRH).
-  void connect(const RcEndpoint& remote, std::uint8_t port = 1, int gid_index = 0);
+  // RESET -> INIT -> RTR -> RTS, connected to `remote`: its PSN is our
+  // rq_psn, psn() our sq_psn. Throws std::system_error naming the step
+  // ("ibv_modify_qp(RTR)") or std::invalid_argument for a bad remote.
+  void connect(const RcEndpoint& remote, const ConnectOptions& options = {});
   // RTS -> SQD: the send queue drains, then the device raises SQ_DRAINED.
   void drain_send_queue();
 
@@ -79,13 +133,13 @@ class QueuePair {
  private:
   std::shared_ptr<ProtectionDomain> pd_;
   Options parents_;  // the CQs and SRQ, kept alive
+  std::uint32_t psn_;
   detail::Owned<ibv_qp, ibv_destroy_qp, detail::kDestroyQp> qp_;
   Attachment events_;
 };
 
 // Connects two RC QPs to each other (both on one device: loopback).
-void connect_rc_pair(QueuePair& a, QueuePair& b, std::uint8_t port = 1,
-                     int gid_index = 0);
+void connect_rc_pair(QueuePair& a, QueuePair& b, const ConnectOptions& options = {});
 
 }  // namespace ibev
 

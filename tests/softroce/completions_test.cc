@@ -70,7 +70,7 @@ struct Link {
                                 Handler on_event = nullptr,
                                 std::shared_ptr<SharedReceiveQueue> srq = nullptr) {
     QueuePair::Options options{std::move(send_cq), std::move(recv_cq), std::move(srq),
-                               IBV_QPT_RC, {128, 128, 1, 1, 0}, false};
+                               IBV_QPT_RC, {128, 128, 1, 1, 0}, false, std::nullopt};
     return QueuePair::create(env.pd, std::move(on_event), std::move(options));
   }
 

@@ -46,9 +46,9 @@ struct World {
     srq1 = SharedReceiveQueue::create(env.pd, heard.as("srq1"));
     srq2 = SharedReceiveQueue::create(env.pd, heard.as("srq2"));
     auto recv_cq = plain_cq(env.device, 256);
-    QueuePair::Options a_options{cq1, recv_cq, nullptr, IBV_QPT_RC, {16, 16, 1, 1, 0}, false};
-    QueuePair::Options b_options{recv_cq, recv_cq, srq1, IBV_QPT_RC, {16, 16, 1, 1, 0}, false};
-    QueuePair::Options other{cq2, cq2, nullptr, IBV_QPT_RC, {16, 16, 1, 1, 0}, false};
+    QueuePair::Options a_options{cq1, recv_cq, nullptr, IBV_QPT_RC, {16, 16, 1, 1, 0}, false, std::nullopt};
+    QueuePair::Options b_options{recv_cq, recv_cq, srq1, IBV_QPT_RC, {16, 16, 1, 1, 0}, false, std::nullopt};
+    QueuePair::Options other{cq2, cq2, nullptr, IBV_QPT_RC, {16, 16, 1, 1, 0}, false, std::nullopt};
     a1 = QueuePair::create(env.pd, heard.as("a1"), a_options);
     b1 = QueuePair::create(env.pd, heard.as("b1"), b_options);
     qp2 = QueuePair::create(env.pd, heard.as("qp2"), other);
@@ -260,7 +260,7 @@ BOOST_AUTO_TEST_CASE(a_reused_address_never_hears_the_old_objects_event) {
   Recorder heard;
   Attachment unclaimed = env.registry.on_unclaimed(heard.as("unclaimed"));
   auto cq = plain_cq(env.device);
-  QueuePair::Options options{cq, cq, nullptr, IBV_QPT_RC, {4, 4, 1, 1, 0}, false};
+  QueuePair::Options options{cq, cq, nullptr, IBV_QPT_RC, {4, 4, 1, 1, 0}, false, std::nullopt};
 
   auto old_qp = QueuePair::create(env.pd, heard.as("old"), options);
   ibv_qp* const address = old_qp->get();
@@ -304,7 +304,7 @@ BOOST_AUTO_TEST_CASE(a_throwing_handler_does_not_stop_later_events) {
   Attachment failures = env.registry.on_handler_failure(
       [&](const Event&, std::string_view) { ++failures_seen; });
   auto cq = plain_cq(env.device);
-  QueuePair::Options options{cq, cq, nullptr, IBV_QPT_RC, {4, 4, 1, 1, 0}, false};
+  QueuePair::Options options{cq, cq, nullptr, IBV_QPT_RC, {4, 4, 1, 1, 0}, false, std::nullopt};
   auto thrower = QueuePair::create(
       env.pd, [](const Event&) { throw std::runtime_error("handler broke"); },
       options);
@@ -332,7 +332,7 @@ BOOST_AUTO_TEST_CASE(parents_dropped_first_stay_alive_for_their_children) {
   auto device = Device::open(dispatcher, registry, test_device());
   auto pd = ProtectionDomain::create(device);
   auto cq = plain_cq(device);
-  QueuePair::Options options{cq, cq, nullptr, IBV_QPT_RC, {4, 4, 1, 1, 0}, false};
+  QueuePair::Options options{cq, cq, nullptr, IBV_QPT_RC, {4, 4, 1, 1, 0}, false, std::nullopt};
   auto qp = QueuePair::create(pd, heard.as("qp"), std::move(options));
   const std::weak_ptr<Device> weak_device = device;
   const std::weak_ptr<CompletionQueue> weak_cq = cq;

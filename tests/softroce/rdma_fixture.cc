@@ -63,57 +63,60 @@ ContextPtr open_device(const std::string& name) {
   throw std::runtime_error("no RDMA device named " + name);
 }
 
-void connect_rc_pair(ibv_qp* a, ibv_qp* b) {
+ibv_gid query_gid0(ibv_context* context) {
+  ibv_gid gid{};
+  if (ibv_query_gid(context, 1, 0, &gid) != 0) throw_errno("ibv_query_gid", errno);
+  return gid;
+}
+
+void connect_rc(ibv_qp* qp, std::uint32_t remote_qpn, const ibv_gid& remote_gid,
+                std::uint32_t remote_psn, std::uint32_t own_psn) {
   ibv_port_attr port{};
-  if (int rc = ibv_query_port(a->context, 1, &port); rc != 0) {
+  if (int rc = ibv_query_port(qp->context, 1, &port); rc != 0) {
     throw_errno("ibv_query_port", rc);
   }
-  ibv_gid gid{};
-  if (ibv_query_gid(a->context, 1, 0, &gid) != 0) {
-    throw_errno("ibv_query_gid", errno);
-  }
-  for (ibv_qp* qp : {a, b}) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.pkey_index = 0;
-    attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    modify(qp, attr,
-           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-           "ibv_modify_qp(INIT)");
-  }
-  for (auto [qp, peer] : {std::pair{a, b}, std::pair{b, a}}) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = port.active_mtu;
-    attr.dest_qp_num = peer->qp_num;
-    attr.rq_psn = 0;
-    attr.max_dest_rd_atomic = 1;
-    attr.min_rnr_timer = 12;
-    attr.ah_attr.is_global = 1;
-    attr.ah_attr.grh.dgid = gid;
-    attr.ah_attr.grh.sgid_index = 0;
-    attr.ah_attr.grh.hop_limit = 1;
-    attr.ah_attr.port_num = 1;
-    modify(qp, attr,
-           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-               IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-               IBV_QP_MIN_RNR_TIMER,
-           "ibv_modify_qp(RTR)");
-  }
-  for (ibv_qp* qp : {a, b}) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = 7;
-    attr.sq_psn = 0;
-    attr.max_rd_atomic = 1;
-    modify(qp, attr,
-           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-               IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
-           "ibv_modify_qp(RTS)");
-  }
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = 1;
+  init.pkey_index = 0;
+  init.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  modify(qp, init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+         "ibv_modify_qp(INIT)");
+
+  ibv_qp_attr rtr{};
+  rtr.qp_state = IBV_QPS_RTR;
+  rtr.path_mtu = port.active_mtu;
+  rtr.dest_qp_num = remote_qpn;
+  rtr.rq_psn = remote_psn;
+  rtr.max_dest_rd_atomic = 1;
+  rtr.min_rnr_timer = 12;
+  rtr.ah_attr.is_global = 1;
+  rtr.ah_attr.grh.dgid = remote_gid;
+  rtr.ah_attr.grh.sgid_index = 0;
+  rtr.ah_attr.grh.hop_limit = 1;
+  rtr.ah_attr.port_num = 1;
+  modify(qp, rtr,
+         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+         "ibv_modify_qp(RTR)");
+
+  ibv_qp_attr rts{};
+  rts.qp_state = IBV_QPS_RTS;
+  rts.timeout = 14;
+  rts.retry_cnt = 7;
+  rts.rnr_retry = 7;
+  rts.sq_psn = own_psn;
+  rts.max_rd_atomic = 1;
+  modify(qp, rts,
+         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+             IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+         "ibv_modify_qp(RTS)");
+}
+
+void connect_rc_pair(ibv_qp* a, ibv_qp* b) {
+  const ibv_gid gid = query_gid0(a->context);
+  connect_rc(a, b->qp_num, gid, 0, 0);
+  connect_rc(b, a->qp_num, gid, 0, 0);
 }
 
 std::ostream& operator<<(std::ostream& out, const Seen& seen) {

@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 
 #include <chrono>
+#include <cstdint>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -51,6 +52,15 @@ using MrPtr = std::unique_ptr<ibv_mr, MrDeleter>;
 
 // Opens the device called `name`; throws when there is none.
 ContextPtr open_device(const std::string& name);
+
+// GID index 0 of port 1.
+ibv_gid query_gid0(ibv_context* context);
+
+// Moves an RC QP, port 1, through INIT, RTR and RTS to the remote QP, with
+// raw verbs only (a peer no ibev code touches): it expects `remote_psn` and
+// sends from `own_psn`.
+void connect_rc(ibv_qp* qp, std::uint32_t remote_qpn, const ibv_gid& remote_gid,
+                std::uint32_t remote_psn, std::uint32_t own_psn);
 
 // Moves two RC QPs of one device, port 1, through INIT, RTR and RTS, each
 // connected to the other over GID index 0 (loopback through the device).

@@ -99,7 +99,7 @@ void check(int rc, const char* verb) {
 
 }  // namespace
 
-void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
+void post_send(ibv_qp* qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
   ibv_sge sge = sge_of(mr, slot);
   ibv_send_wr wr{};
   wr.wr_id = id;
@@ -108,7 +108,7 @@ void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t 
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
-  check(ibv_post_send(qp.get(), &wr, &bad), "ibv_post_send");
+  check(ibv_post_send(qp, &wr, &bad), "ibv_post_send");
 }
 
 // One 64-byte receive into `slot`; `sge` must outlive the post.
@@ -120,11 +120,11 @@ ibv_recv_wr recv_wr(ibv_sge& sge, std::uint64_t id) {
   return wr;
 }
 
-void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
+void post_recv(ibv_qp* qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
   ibv_sge sge = sge_of(mr, slot);
   ibv_recv_wr wr = recv_wr(sge, id);
   ibv_recv_wr* bad = nullptr;
-  check(ibv_post_recv(qp.get(), &wr, &bad), "ibv_post_recv");
+  check(ibv_post_recv(qp, &wr, &bad), "ibv_post_recv");
 }
 
 void post_srq_recv(SharedReceiveQueue& srq, const MemoryRegion& mr, char* slot,

@@ -20,6 +20,8 @@ CompletionChannel::CompletionChannel(Token, std::shared_ptr<Device> device,
                                      ibv_comp_channel* channel)
     : device_(std::move(device)), channel_(channel) {}
 
+CompletionChannel::~CompletionChannel() = default;
+
 std::shared_ptr<CompletionQueue> CompletionQueue::create(
     std::shared_ptr<Device> device, CompletionHandler on_completion,
     Handler on_event, Options options) {

@@ -37,6 +37,7 @@ class CompletionChannel {
   // Throws std::invalid_argument (null device) or std::system_error
   // (ibv_create_comp_channel).
   static std::shared_ptr<CompletionChannel> create(std::shared_ptr<Device> device);
+  ~CompletionChannel();
 
   ibv_comp_channel* get() const noexcept { return channel_.get(); }
   const std::shared_ptr<Device>& device() const noexcept { return device_; }

@@ -19,6 +19,10 @@ std::shared_ptr<ProtectionDomain> ProtectionDomain::create(
 ProtectionDomain::ProtectionDomain(Token, std::shared_ptr<Device> device, ibv_pd* pd)
     : device_(std::move(device)), pd_(pd) {}
 
+// Out of line, as every wrapper's: the destroy verb runs in libibev, never in
+// code inlined into the application.
+ProtectionDomain::~ProtectionDomain() = default;
+
 std::unique_ptr<MemoryRegion> MemoryRegion::create(
     std::shared_ptr<ProtectionDomain> pd, void* address, std::size_t length,
     int access) {
@@ -33,5 +37,7 @@ std::unique_ptr<MemoryRegion> MemoryRegion::create(
 
 MemoryRegion::MemoryRegion(Token, std::shared_ptr<ProtectionDomain> pd, ibv_mr* mr)
     : pd_(std::move(pd)), mr_(mr) {}
+
+MemoryRegion::~MemoryRegion() = default;
 
 }  // namespace ibev

@@ -23,6 +23,7 @@ class ProtectionDomain {
   // Throws std::invalid_argument (null device) or std::system_error
   // (ibv_alloc_pd).
   static std::shared_ptr<ProtectionDomain> create(std::shared_ptr<Device> device);
+  ~ProtectionDomain();
 
   ibv_pd* get() const noexcept { return pd_.get(); }
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
@@ -47,6 +48,7 @@ class MemoryRegion {
   static std::unique_ptr<MemoryRegion> create(std::shared_ptr<ProtectionDomain> pd,
                                               void* address, std::size_t length,
                                               int access);
+  ~MemoryRegion();
 
   ibv_mr* get() const noexcept { return mr_.get(); }
   std::uint32_t lkey() const noexcept { return mr_->lkey; }

@@ -1,4 +1,13 @@
-"""softroce_test: runs a test binary against a real soft-RoCE device."""
+"""softroce_test: runs a test binary against a real soft-RoCE device.
+
+Loadable from any workspace that has ibev as a repository:
+load("@ibev//tools/softroce:softroce.bzl", "softroce_test"). Labels are made
+with Label() so that they name ibev's own targets, not the caller's.
+"""
+
+_RUNNER = Label("//tools/softroce:softroce_run.sh")
+_GUEST_FILES = Label("//tools/softroce:guest_files")
+_BOOST_TEST = Label("//third_party:boost_test")
 
 def softroce_test(name, binary, devices = 1, args = [], data = [], size = "medium", tags = [], **kwargs):
     """A test target running `binary` against rdma_rxe.
@@ -19,9 +28,9 @@ def softroce_test(name, binary, devices = 1, args = [], data = [], size = "mediu
     """
     native.sh_test(
         name = name,
-        srcs = ["//tools/softroce:softroce_run.sh"],
+        srcs = [_RUNNER],
         args = ["--devices", str(devices), "--", "$(rootpath %s)" % binary] + args,
-        data = [binary, "//tools/softroce:guest_files"] + data,
+        data = [binary, _GUEST_FILES] + data,
         size = size,
         tags = tags + ["softroce"],
         **kwargs
@@ -33,7 +42,7 @@ def softroce_cc_test(name, srcs, deps, devices = 1, args = [], data = [], **kwar
         name = name + "_bin",
         testonly = True,
         srcs = srcs,
-        deps = deps + ["//third_party:boost_test"],
+        deps = deps + [_BOOST_TEST],
     )
     softroce_test(
         name = name,

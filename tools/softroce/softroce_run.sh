@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs a test binary against a soft-RoCE (rdma_rxe) device.
+# Runs a test binary against a soft-RoCE (rdma_rxe) device. Installed as
+# ibev-softroce-run (tools/install.sh), for any program of any build system.
 #
 #   softroce_run.sh [--devices 1|2] -- BINARY [ARGS...]
+#   softroce_run.sh --fetch-kernel     (once: the kernel the VM boots)
 #
 # Where the host can create rxe devices (root, rdma_rxe loadable) they are made
 # on the host; otherwise a throwaway VM boots Debian's stock kernel under qemu
@@ -17,18 +19,22 @@
 # two test VMs share 2 cores), IBEV_CACHE (kernel cache root).
 set -uo pipefail
 
-# Under `bazel test` this script runs under the test's name, elsewhere in the
-# tree: its companions are found through the runfiles.
-if [[ -n ${TEST_SRCDIR:-} && -f $TEST_SRCDIR/ibev/tools/softroce/guest_init.sh ]]; then
-  here=$TEST_SRCDIR/ibev/tools/softroce
-else
-  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-fi
-[[ -f $here/guest_init.sh ]] || { echo "softroce: guest_init.sh not found beside $0" >&2; exit 2; }
+# Its companions (guest_init.sh, modules.txt, fetch_kernel.sh): under `bazel
+# test` this script runs under the test's name, in the runfiles of whichever
+# workspace uses it (ibev itself, or a consumer's @ibev, whatever its name);
+# in the source tree they are beside it; installed, in ../share/ibev/softroce.
+self_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=
+for candidate in ${TEST_SRCDIR:+"$TEST_SRCDIR"/*/tools/softroce} "$self_dir" \
+    "$self_dir/../share/ibev/softroce"; do
+  if [[ -f $candidate/guest_init.sh ]]; then here=$candidate; break; fi
+done
+[[ -n $here ]] || { echo "softroce: guest_init.sh not found (beside $0, in its runfiles or share/ibev/softroce)" >&2; exit 2; }
 devices=1
 while [[ $# -gt 0 && $1 != -- ]]; do
   case $1 in
     --devices) devices=$2; shift 2 ;;
+    --fetch-kernel) exec "$here/fetch_kernel.sh" ;;
     *) echo "softroce_run: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -132,7 +138,7 @@ run_in_vm() {
   command -v qemu-system-x86_64 >/dev/null ||
     { echo "softroce: qemu-system-x86_64 is missing (tools/setup.sh installs qemu-system-x86)"; return 1; }
   [[ -f $cache/ready ]] ||
-    { echo "softroce: no kernel in $cache (tools/setup.sh fetches it)"; return 1; }
+    { echo "softroce: no kernel in $cache (fetch it once: $0 --fetch-kernel)"; return 1; }
   [[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 ||
     { echo "softroce: /bin/busybox is missing (busybox-static)"; return 1; }
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Checks an installed libibev.so: its SONAME is libibev.so.<major>, and the
+# only symbols it exports are the ibev:: API (members of public classes may
+# name detail types in their signatures; nothing of ibev::detail, std:: or
+# boost:: is exported on its own).
+#
+#   tools/check_exports.sh PREFIX/lib/libibev.so
+set -euo pipefail
+lib=$1
+root=$(cd "$(dirname "$0")/.." && pwd)
+major=$(sed -n 's/^#define IBEV_VERSION_MAJOR \([0-9]*\)$/\1/p' "$root/version.h")
+
+soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+if [[ $soname != "libibev.so.$major" ]]; then
+  echo "check_exports: SONAME is '$soname', not libibev.so.$major" >&2
+  exit 1
+fi
+symbols=$(nm -D --defined-only "$lib" | c++filt | cut -d' ' -f3-)
+stray=$(grep -vE '^(ibev::|typeinfo (name )?for ibev::|vtable for ibev::|IBEV_[0-9]+$)' <<<"$symbols" || true)
+internal=$(grep -E '^((typeinfo (name )?|vtable )for )?ibev::detail::' <<<"$symbols" || true)
+if [[ -n $stray || -n $internal ]]; then
+  echo "check_exports: $lib exports more than the ibev:: API:" >&2
+  printf '%s\n' "$stray" "$internal" | sed '/^$/d' | head -20 >&2
+  exit 1
+fi
+echo "check_exports: $soname exports $(wc -l <<<"$symbols") symbols, all ibev:: API"

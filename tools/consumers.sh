@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds and runs the CMake and make consumers (examples/consumer-cmake,
+# examples/consumer-make) against an installed ibev, out of the tree:
+#
+#   tools/consumers.sh PREFIX    ibev installed by tools/install.sh PREFIX
+#   tools/consumers.sh           ibev installed in the system (the .debs)
+#
+# The CMake consumer's ctest runs the program and, through the installed
+# ibev-softroce-run, runs it again against soft-RoCE. Prints one line per
+# consumer, "consumer-X: passed" or "consumer-X: failed", with the log of a
+# failure; exits 1 when any failed.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+prefix=${1:-}
+where=${prefix:-the system}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+status=0
+
+report() {
+  local name=$1 rc=$2 log=$3
+  if ((rc == 0)); then
+    echo "consumer-$name ($where): passed"
+  else
+    echo "consumer-$name ($where): failed"
+    tail -n 40 "$log" | sed 's/^/  | /'
+    status=1
+  fi
+}
+
+cmake_args=()
+[[ -n $prefix ]] && cmake_args+=("-DCMAKE_PREFIX_PATH=$prefix")
+(
+  set -e
+  cmake -S "$root/examples/consumer-cmake" -B "$work/cmake" "${cmake_args[@]}"
+  cmake --build "$work/cmake"
+  cd "$work/cmake" && ctest --output-on-failure
+) >"$work/cmake.log" 2>&1
+report cmake $? "$work/cmake.log"
+
+pkg_config_path=${PKG_CONFIG_PATH:-}
+[[ -n $prefix ]] && pkg_config_path=$prefix/lib/pkgconfig${pkg_config_path:+:$pkg_config_path}
+(
+  set -e
+  mkdir -p "$work/make" && cd "$work/make"
+  PKG_CONFIG_PATH=$pkg_config_path make -f "$root/examples/consumer-make/Makefile" check
+) >"$work/make.log" 2>&1
+report make $? "$work/make.log"
+
+exit "$status"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds ibev with CMake and installs it into PREFIX:
+#   PREFIX/lib/libibev.so.0.2.0 (SONAME libibev.so.0), libibev.so, libibev.a
+#   PREFIX/include/ibev/...          the public headers (<ibev/ibev.h>)
+#   PREFIX/lib/pkgconfig/ibev.pc     pkg-config --cflags --libs ibev
+#   PREFIX/lib/cmake/ibev/           find_package(ibev 0.2) -> ibev::ibev
+#   PREFIX/bin/ibev-watch            and share/man/man1/ibev-watch.1
+#   PREFIX/bin/ibev-softroce-run     runs a program against soft-RoCE
+#
+#   tools/install.sh PREFIX
+#
+# DESTDIR is honoured (tools/package.sh stages with it). The build directory
+# is build/cmake in the tree, or IBEV_BUILD_DIR; rebuilding is incremental.
+# Needs cmake, g++, libibverbs-dev and libboost-dev (tools/setup.sh).
+set -euo pipefail
+
+if [[ $# -ne 1 || $1 == -* ]]; then
+  echo "usage: tools/install.sh PREFIX" >&2
+  exit 1
+fi
+prefix=$1
+[[ $prefix == /* ]] || prefix=$(pwd)/$prefix
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${IBEV_BUILD_DIR:-$root/build/cmake}
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib \
+  -DIBEV_WERROR="${IBEV_WERROR:-OFF}" >/dev/null
+cmake --build "$build" -j "$(nproc)" >/dev/null
+cmake --install "$build" >/dev/null
+echo "install: ibev installed into ${DESTDIR:-}$prefix"

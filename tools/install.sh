@@ -23,7 +23,9 @@ prefix=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${IBEV_BUILD_DIR:-$root/build/cmake}
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# --fresh: GNUInstallDirs would otherwise move lib/ to lib/<multiarch> when
+# the prefix changes to /usr, keeping nothing of the last configuration.
+cmake --fresh -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib \
   -DIBEV_WERROR="${IBEV_WERROR:-OFF}" >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Every test of ibev: installs what is missing, then runs the whole suite in
-# the default configuration and the unit tests under ASan+UBSan and TSan.
+# the default configuration and the unit tests under ASan+UBSan and TSan,
+# then ibev as other projects take it: the Bazel consumer workspace, the
+# CMake install with its exports checked, the CMake and make consumers
+# against that prefix, and the Debian packages installed with apt-get, the
+# consumers built against them, and purged again.
 # Ends with one line "tests: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,13 +37,67 @@ run() {
   rm -f "$log"
 }
 
+# Runs one command as one check; its output is shown when it fails.
+check() {
+  local label=$1
+  shift
+  local log
+  log=$(mktemp)
+  echo "== ${label}: $*"
+  if "$@" >"$log" 2>&1; then
+    passed=$((passed + 1))
+    tail -n 1 "$log"
+  else
+    failed=$((failed + 1))
+    status=1
+    tail -n 40 "$log"
+  fi
+  rm -f "$log"
+}
+
+# Builds and runs the CMake and make consumers; each counts once.
+consumers() {
+  local out
+  echo "== consumers: tools/consumers.sh $*"
+  out=$(tools/consumers.sh "$@")
+  echo "$out"
+  passed=$((passed + $(grep -cE '^consumer-\S+ .*: passed$' <<<"$out")))
+  failed=$((failed + $(grep -cE '^consumer-\S+ .*: failed$' <<<"$out")))
+  grep -qE ': failed$' <<<"$out" && status=1
+  return 0
+}
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+purge_packages() {
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get purge -y -q \
+    libibev0 libibev-dev ibev-tools >/dev/null 2>&1 || true
+}
+
 run default //...
 run asan --config=asan "${unit_tests[@]}"
 run tsan --config=tsan "${unit_tests[@]}"
 # A separate workspace that depends on ibev through local_repository.
-pushd examples/consumer >/dev/null
-run consumer //...
+pushd examples/consumer-bazel >/dev/null
+run consumer-bazel //...
 popd >/dev/null
+
+# The installed package: tools/install.sh into a fresh prefix.
+prefix=$(mktemp -d)
+check install env IBEV_WERROR=ON tools/install.sh "$prefix"
+check exports tools/check_exports.sh "$prefix/lib/libibev.so"
+consumers "$prefix"
+rm -rf "$prefix"
+
+# The Debian packages, installed as a user would, then purged.
+debs=$(mktemp -d)
+check package tools/package.sh "$debs"
+trap purge_packages EXIT
+check apt-install env DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
+  "$debs"/libibev0_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb
+consumers
+purge_packages
+rm -rf "$debs"
 
 echo "tests: ${passed} passed, ${failed} failed"
 exit "$status"

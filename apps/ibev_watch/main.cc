@@ -1,15 +1,21 @@
 // ibev-watch: prints every async event of RDMA devices as it arrives.
 //
-//   ibev-watch [-d NAME]... [--json] [--count]
+//   ibev-watch [-d NAME]... [-j] [-c]      (ibev-watch --help; man ibev-watch)
 //
 // Opens every device (or each -d NAME), listens to all of its port and device
 // events through an ibev Dispatcher, and prints one line per event (see
 // format.h). SIGINT or SIGTERM ends it: events already queued are printed,
-// then the counts (--count), then it exits 0.
+// then the counts (--count), then it exits 0. Options and exit codes follow
+// rdma-core's ibv_* tools: getopt_long, usage errors exit 1.
+#include <getopt.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -18,23 +24,45 @@
 #include <system_error>
 #include <vector>
 
-#include "apps/ibev_watch/format.h"
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/verbs/device.h>
+#include <ibev/version.h>
+
+#include "apps/ibev_watch/format.h"
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: ibev-watch [-d NAME]... [--json] [--count]\n"
-    "  -d, --device NAME  watch this device (repeatable; default: all)\n"
-    "  --json             one JSON object per line\n"
-    "  --count            print per-device, per-event counts at exit\n";
+    "usage: ibev-watch [-d NAME]... [-j] [-c]\n"
+    "  -d, --device=NAME  watch this device (repeatable; default: all)\n"
+    "  -j, --json         one JSON object per line\n"
+    "  -c, --count        print per-device, per-event counts at exit\n"
+    "  -V, --version      print the version and exit\n"
+    "  -h, --help         print this help and exit\n";
 
-constexpr char kNoDevice[] =
-    "ibev-watch: no RDMA device found.\n"
-    "  To make a soft-RoCE device over an Ethernet interface (as root):\n"
-    "    modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <interface>\n";
+constexpr char kHelp[] =
+    "\n"
+    "Prints every async event (port, device and unclaimed object events) of\n"
+    "RDMA devices as it arrives, one line each, until SIGINT or SIGTERM.\n"
+    "\n"
+    "Output, one line per event:\n"
+    "  human: TIME DEVICE SCOPE ENUMERATOR (NAME) SEVERITY\n"
+    "         2026-11-21T12:00:00.123456Z rxe0 port 1 IBV_EVENT_PORT_ERR (port error) error\n"
+    "  JSON:  time, device, event, code, scope, port (port events), object\n"
+    "         (object events, as \"0x...\"), severity, synthesized (when ibev\n"
+    "         made the event itself)\n"
+    "  --count, at exit: DEVICE EVENT COUNT per line (JSON: count, device, event)\n"
+    "\n"
+    "Exit status:\n"
+    "  0  ended by SIGINT or SIGTERM\n"
+    "  1  a usage error\n"
+    "  2  no RDMA support in this kernel, no device, or a device that cannot\n"
+    "     be opened (the message says which)\n";
+
+// Exit statuses (documented above and in ibev-watch.1).
+constexpr int kUsageError = 1;
+constexpr int kCannotWatch = 2;
 
 struct Options {
   std::vector<std::string> devices;
@@ -42,27 +70,90 @@ struct Options {
   bool count = false;
 };
 
-// Parses argv; returns false (after saying why) on bad usage.
-bool parse(int argc, char** argv, Options& options) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if ((arg == "-d" || arg == "--device") && i + 1 < argc) {
-      options.devices.emplace_back(argv[++i]);
-    } else if (arg.rfind("--device=", 0) == 0) {
-      options.devices.emplace_back(arg.substr(9));
-    } else if (arg == "--json") {
-      options.json = true;
-    } else if (arg == "--count") {
-      options.count = true;
-    } else if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      std::fprintf(stderr, "ibev-watch: unknown argument '%s'\n%s", argv[i], kUsage);
-      return false;
+[[noreturn]] void usage_error(const std::string& reason) {
+  if (!reason.empty()) std::fprintf(stderr, "ibev-watch: %s\n", reason.c_str());
+  std::fputs(kUsage, stderr);
+  std::exit(kUsageError);
+}
+
+// Parses argv with getopt_long (which names an unknown option itself);
+// exits for --help, --version and usage errors.
+Options parse(int argc, char** argv) {
+  static const option kLong[] = {
+      {"device", required_argument, nullptr, 'd'},
+      {"json", no_argument, nullptr, 'j'},
+      {"count", no_argument, nullptr, 'c'},
+      {"version", no_argument, nullptr, 'V'},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  Options options;
+  for (int opt; (opt = getopt_long(argc, argv, "d:jcVh", kLong, nullptr)) != -1;) {
+    switch (opt) {
+      case 'd':
+        if (*optarg == '\0') usage_error("--device needs a device name");
+        // The same device twice is watched once (its events would print twice).
+        if (std::find(options.devices.begin(), options.devices.end(), optarg) ==
+            options.devices.end()) {
+          options.devices.emplace_back(optarg);
+        }
+        break;
+      case 'j':
+        options.json = true;
+        break;
+      case 'c':
+        options.count = true;
+        break;
+      case 'V':
+        std::printf("ibev-watch (ibev) %s\n", IBEV_VERSION_STRING);
+        std::exit(0);
+      case 'h':
+        std::printf("%s%s", kUsage, kHelp);
+        std::exit(0);
+      default:  // getopt_long said what was wrong
+        usage_error("");
     }
   }
-  return true;
+  if (optind < argc) usage_error(std::string("unexpected argument '") + argv[optind] + "'");
+  return options;
+}
+
+// Why there is nothing to watch: no RDMA in the kernel at all, or RDMA but
+// no device. rdma-core's device list is empty (ENOSYS) in both cases when
+// /sys/class/infiniband_verbs is missing: the uverbs module is what it reads.
+void explain_no_device() {
+  if (access("/sys/class/infiniband_verbs", F_OK) != 0) {
+    std::fputs(
+        "ibev-watch: this kernel has no RDMA support (no /sys/class/infiniband_verbs).\n"
+        "  Load the RDMA modules (modprobe ib_uverbs and a driver, e.g. rdma_rxe),\n"
+        "  or use a kernel built with InfiniBand/RDMA. In a container, the host's\n"
+        "  /sys/class/infiniband_verbs and /dev/infiniband must be visible.\n",
+        stderr);
+    return;
+  }
+  std::fputs(
+      "ibev-watch: the kernel supports RDMA, but there is no RDMA device.\n"
+      "  To make a soft-RoCE device over an Ethernet interface (as root):\n"
+      "    modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <interface>\n",
+      stderr);
+}
+
+void explain_open_failure(const std::string& name, const std::system_error& e) {
+  const int error = e.code().value();
+  if (error == EACCES || error == EPERM) {
+    std::fprintf(stderr,
+                 "ibev-watch: no permission to open %s (%s).\n"
+                 "  Run as root, or as a member of the group that owns "
+                 "/dev/infiniband/uverbs*.\n",
+                 name.c_str(), e.what());
+  } else if (error == ENODEV && access("/sys/class/infiniband_verbs", F_OK) != 0) {
+    explain_no_device();
+  } else if (error == ENODEV) {
+    std::fprintf(stderr, "ibev-watch: no RDMA device named %s (%s)\n", name.c_str(),
+                 e.what());
+  } else {
+    std::fprintf(stderr, "ibev-watch: cannot open %s: %s\n", name.c_str(), e.what());
+  }
 }
 
 class Printer {
@@ -110,8 +201,7 @@ void print_counts(ibev::Registry& registry, const ibev::Device& device, bool jso
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options options;
-  if (!parse(argc, argv, options)) return 2;
+  Options options = parse(argc, argv);
 
   // Signals are taken by sigwait below; every thread started from here on
   // inherits the mask, so none of them is interrupted.
@@ -126,12 +216,12 @@ int main(int argc, char** argv) {
       options.devices = ibev::Device::names();
     } catch (const std::system_error& e) {
       std::fprintf(stderr, "ibev-watch: cannot list RDMA devices: %s\n", e.what());
-      return 2;
+      return kCannotWatch;
     }
   }
   if (options.devices.empty()) {
-    std::fputs(kNoDevice, stderr);
-    return 2;
+    explain_no_device();
+    return kCannotWatch;
   }
 
   ibev::Registry registry;
@@ -143,8 +233,8 @@ int main(int argc, char** argv) {
     try {
       devices.push_back(ibev::Device::open(dispatcher, registry, name));
     } catch (const std::system_error& e) {
-      std::fprintf(stderr, "ibev-watch: cannot open %s: %s\n", name.c_str(), e.what());
-      return 2;
+      explain_open_failure(name, e);
+      return kCannotWatch;
     }
     listeners.push_back(devices.back()->on_event({}, printer.for_device(name)));
   }

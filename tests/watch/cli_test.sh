@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# ibev-watch's command line, on the host (no device needed): rdma-core's tool
+# conventions (getopt_long forms, usage errors exit 1 with a reason and the
+# usage, -V), --help and the man page documenting every JSON field the
+# formatter writes, and a clear exit 2 on a kernel without RDMA.
+#
+#   cli_test.sh IBEV_WATCH MAN_PAGE FORMAT_CC VERSION_H
+set -uo pipefail
+watch=$1 man=$2 format=$3 version_h=$4
+passed=0 failed=0
+expect() {  # expect NAME CONDITION...
+  local name=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $name"; fi
+}
+out=$(mktemp) err=$(mktemp)
+run() { "$watch" "$@" >"$out" 2>"$err"; echo $?; }
+
+version=$(sed -n 's/^#define IBEV_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' "$version_h" | paste -sd.)
+expect "-V exits 0" test "$(run -V)" = 0
+expect "-V prints the version of version.h" grep -qx "ibev-watch (ibev) $version" "$out"
+expect "--version is -V" test "$(run --version)" = 0
+expect "-h exits 0" test "$(run -h)" = 0
+expect "--help prints the usage" grep -q '^usage: ibev-watch' "$out"
+expect "--help documents exit statuses" grep -q '^Exit status' "$out"
+help=$(cat "$out")
+
+# Every JSON key the formatter writes is in --help and in the man page.
+keys=$(grep -o '\\"[a-z_]*\\":' "$format" | tr -d '\\":' | sort -u)
+expect "format.cc has JSON keys" test -n "$keys"
+for key in $keys; do
+  expect "--help names JSON field $key" grep -qw "$key" <<<"$help"
+  expect "the man page names JSON field $key" grep -qx ".B $key" "$man"
+done
+
+for bad in --bogus --device= -d extra "--json --nope"; do
+  # shellcheck disable=SC2086
+  expect "'$bad' is a usage error (exit 1)" test "$(run $bad)" = 1
+  expect "'$bad' prints the usage" grep -q '^usage: ibev-watch' "$err"
+  expect "'$bad' says why in one line first" grep -qv '^usage:' <(head -n 1 "$err")
+done
+
+# Every short option has its long form, and both are in the man page.
+for pair in d:device j:json c:count V:version h:help; do
+  expect "man page documents -${pair%%:*}, --${pair#*:}" \
+    grep -q "\\\\fB\\\\-${pair%%:*}\\\\fR, \\\\fB\\\\-\\\\-${pair#*:}" "$man"
+done
+
+if [[ ! -e /sys/class/infiniband_verbs ]]; then
+  expect "no RDMA in the kernel exits 2" test "$(run)" = 2
+  expect "no RDMA in the kernel is said plainly" grep -q 'this kernel has no RDMA support' "$err"
+  expect "-d on a kernel without RDMA says the same" test "$(run -d rxe0)" = 2
+  expect "... plainly" grep -q 'this kernel has no RDMA support' "$err"
+fi
+rm -f "$out" "$err"
+echo "$passed passed, $failed failed"
+((failed == 0))

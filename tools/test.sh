@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 tools/setup.sh || { echo "tests: setup failed"; exit 1; }
 
-unit_tests=(//tests/core/... //tests/dispatch/... //tests/watch/...)
+unit_tests=(//tests/core/... //tests/dispatch/... //tests/verbs/... //tests/watch/...)
 passed=0
 failed=0
 status=0

@@ -1,6 +1,9 @@
 #include <ibev/verbs/device.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <string>
 #include <utility>
 
 namespace ibev {
@@ -15,6 +18,19 @@ DeviceList device_list(int& count) {
   DeviceList list(ibv_get_device_list(&count), ibv_free_device_list);
   if (!list && errno != ENOSYS) detail::throw_verb_error("ibv_get_device_list", errno);
   return list;
+}
+
+// ibv_open_device's errno is not always why: when the uverbs node cannot be
+// opened, rdma-core retries through udev's /dev/char links and reports what
+// that retry met (ENOENT where there is no udev). Permission is asked of the
+// node itself, so that "not allowed" never reads as "not there".
+[[noreturn]] void throw_open_error(ibv_device* device, int error) {
+  const std::string node = std::string("/dev/infiniband/") + device->dev_name;
+  if (::access(node.c_str(), R_OK | W_OK) != 0 && (errno == EACCES || errno == EPERM)) {
+    error = errno;
+  }
+  const std::string verb = "ibv_open_device(" + node + ")";
+  detail::throw_verb_error(verb.c_str(), error);
 }
 
 }  // namespace
@@ -36,7 +52,7 @@ std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, Registry& registry,
     const std::string device_name = ibv_get_device_name(device);
     if (!name.empty() && name != device_name) continue;
     ibv_context* context = ibv_open_device(device);
-    if (context == nullptr) detail::throw_verb_error("ibv_open_device", errno);
+    if (context == nullptr) throw_open_error(device, errno);
     return std::make_shared<Device>(Token{}, dispatcher, registry, context,
                                     device_name);
   }

@@ -37,7 +37,8 @@ class Device {
  public:
   // Opens the device called `name`, or the first one when `name` is empty,
   // and has `dispatcher` watch its async events. Throws std::system_error
-  // (ENODEV when there is no such device, or the failing verb's errno).
+  // (ENODEV when there is no such device, EACCES when this process may not
+  // open its /dev/infiniband/uverbsN node, or the failing verb's errno).
   static std::shared_ptr<Device> open(Dispatcher& dispatcher, Registry& registry,
                                       std::string_view name = {});
 

@@ -1,11 +1,15 @@
-// ibev-watch against ibv_asyncwatch on the same device: both run while the
-// netdev flaps and gains an IPv6 address, and they must report the same
-// events in the same order. Then SIGTERM: ibev-watch exits 0 after printing
-// its counts. The binary's path comes after "--" on the command line.
+// ibev-watch on a real device: against ibv_asyncwatch, both running while the
+// netdev flaps and gains an IPv6 address, they must report the same events
+// in the same order; then SIGTERM: ibev-watch exits 0 after printing its
+// counts. Also its option forms and its word for a device it may not open.
+// The binary's path comes after "--" on the command line.
 #define BOOST_TEST_MODULE ibev_softroce_ibev_watch
 #include <sys/wait.h>
 
 #include <boost/test/unit_test.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <thread>
@@ -87,4 +91,68 @@ BOOST_AUTO_TEST_CASE(agrees_with_ibv_asyncwatch) {
     counted[(*it)[2]] = std::stoi((*it)[1]);
   }
   BOOST_TEST(counted == lines);
+}
+
+namespace {
+
+// Runs `command` through /bin/sh, its stdout and stderr into one text;
+// returns the exit status.
+int run_capturing(const std::string& command, std::string& output) {
+  const std::string file = env_or("TEST_TMPDIR", "/tmp") + "/captured.out";
+  const int status = std::system((command + " >" + file + " 2>&1").c_str());
+  std::ifstream in(file);
+  output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+// rdma-core's option forms: -dNAME glued, short options combined; a device
+// named twice is watched once, so each event is printed once.
+BOOST_AUTO_TEST_CASE(short_forms_and_a_device_named_twice) {
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  const std::string device = test_device();
+  Spawned ibev_watch(ibev_watch_path() + " -jc -d" + device + " --device=" + device,
+                     tmp + "/ibev_watch_short.out");
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device + "\n", 20s),
+                        "ibev-watch: " << ibev_watch.text());
+  run_command("ip link set " + test_netdev() + " down");
+  BOOST_REQUIRE(ibev_watch.wait_for_text("IBV_EVENT_PORT_ERR", 20s));
+  std::this_thread::sleep_for(500ms);
+  const int status = ibev_watch.stop();
+  run_command("ip link set " + test_netdev() + " up");
+  // rxe may raise PORT_ERR more than once for one down (admin, carrier); a
+  // device watched twice would print each of them twice and count twice.
+  const std::string text = ibev_watch.text();
+  const auto count = [&](const std::regex& pattern) {
+    return std::distance(std::sregex_iterator(text.begin(), text.end(), pattern),
+                         std::sregex_iterator());
+  };
+  const long lines = count(std::regex(R"re("event":"IBV_EVENT_PORT_ERR","code")re"));
+  std::smatch counted;
+  const std::regex count_line(R"re(\{"count":(\d+),"device":"[^"]+","event":"IBV_EVENT_PORT_ERR"\})re");
+  BOOST_TEST(count(count_line) == 1, text);
+  BOOST_REQUIRE_MESSAGE(std::regex_search(text, counted, count_line), text);
+  BOOST_TEST(lines == std::stol(counted[1]), text);
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
+}
+
+// A device the user may not open is told apart from a missing device and from
+// a kernel without RDMA: exit 2 and a message naming permission.
+BOOST_AUTO_TEST_CASE(no_permission_is_said_plainly) {
+  // uverbs nodes are 0666 by default; take that away for the test.
+  run_command("chmod 0600 /dev/infiniband/uverbs*");
+  std::string output;
+  const int status = run_capturing(
+      "setpriv --reuid=65534 --regid=65534 --clear-groups " + ibev_watch_path() +
+          " -d " + test_device(),
+      output);
+  run_command("chmod 0666 /dev/infiniband/uverbs*");
+  BOOST_TEST(status == 2, output);
+  BOOST_TEST(output.find("no permission to open " + test_device()) != std::string::npos,
+             output);
+
+  const int missing = run_capturing(ibev_watch_path() + " -d nosuchdevice", output);
+  BOOST_TEST(missing == 2);
+  BOOST_TEST(output.find("no RDMA device named nosuchdevice") != std::string::npos);
 }

@@ -1,9 +1,19 @@
 // QueuePair::connect() against peers that pick their own PSN: endpoint()
 // advertises the PSN connect() then sends with, so any peer that follows the
-// RC exchange (ibv_rc_pingpong's, or raw verbs here) is heard. Messages go
-// both ways and their bytes are checked.
+// RC exchange is heard: raw verbs here, and rdma-core's ibv_rc_pingpong, in
+// either role of its TCP exchange. Messages go both ways.
 #define BOOST_TEST_MODULE ibev_softroce_connect
+#include <arpa/inet.h>
+#include <endian.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
+#include <atomic>
+#include <future>
+#include <thread>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -181,4 +191,202 @@ BOOST_AUTO_TEST_CASE(bad_psns_are_refused_with_a_clear_error) {
   RcEndpoint remote = a->endpoint();
   remote.psn = 0x1000000u;
   BOOST_CHECK_THROW(a->connect(remote), std::invalid_argument);
+}
+
+// ---------------------------------------------------------- ibv_rc_pingpong
+
+namespace {
+
+// The exchange of ibv_rc_pingpong (rdma-core libibverbs/examples): each side
+// sends "LID:QPN:PSN:GID" (hex; the GID as four big-endian 32-bit words) as a
+// fixed-size string with its NUL; the client then writes "done".
+constexpr std::size_t kWireSize = sizeof "0000:000000:000000:00000000000000000000000000000000";
+constexpr int kPingpongPort = 18515;
+constexpr int kIters = 20;
+constexpr int kSize = 64;
+
+std::array<char, kWireSize> to_wire(const RcEndpoint& e) {
+  std::uint32_t words[4];
+  std::memcpy(words, e.gid.raw, sizeof words);
+  std::array<char, kWireSize> wire{};
+  std::snprintf(wire.data(), wire.size(), "%04x:%06x:%06x:%08x%08x%08x%08x", e.lid, e.qp_num,
+                e.psn, htobe32(words[0]), htobe32(words[1]), htobe32(words[2]),
+                htobe32(words[3]));
+  return wire;
+}
+
+RcEndpoint from_wire(const std::array<char, kWireSize>& wire) {
+  unsigned lid = 0, qpn = 0, psn = 0;
+  char gid[33] = {};
+  BOOST_REQUIRE(std::sscanf(wire.data(), "%x:%x:%x:%32s", &lid, &qpn, &psn, gid) == 4);
+  RcEndpoint e{qpn, {}, psn, static_cast<std::uint16_t>(lid)};
+  std::uint32_t words[4];
+  for (int i = 0; i < 4; ++i) {
+    const std::string word(gid + 8 * i, 8);
+    words[i] = be32toh(static_cast<std::uint32_t>(std::stoul(word, nullptr, 16)));
+  }
+  std::memcpy(e.gid.raw, words, sizeof words);
+  return e;
+}
+
+bool write_all(int fd, const void* data, std::size_t size) {
+  return ::write(fd, data, size) == static_cast<ssize_t>(size);
+}
+
+bool read_all(int fd, void* data, std::size_t size) {
+  auto* at = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::read(fd, at, size);
+    if (n <= 0) return false;
+    at += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+struct Fd {
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int fd;
+};
+
+// ibev's side of the ping-pong, run from the CQ's completion handler on the
+// dispatcher thread: send after the last send completed and a message came
+// (ibv_rc_pingpong's rule), until kIters each way.
+struct Pingpong {
+  std::shared_ptr<QueuePair> qp;
+  std::unique_ptr<MemoryRegion> mr;
+  std::array<char, 2 * kSize> buffer{};
+  std::atomic<int> sent{0}, received{0}, errors{0};
+  std::atomic<bool> send_done{true}, message_in{false};
+  std::promise<void> finished;
+
+  void post_receive() {
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buffer.data() + kSize), kSize, mr->lkey()};
+    ibv_recv_wr wr{};
+    wr.wr_id = 2;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    if (ibv_post_recv(qp->get(), &wr, &bad) != 0) ++errors;
+  }
+  void post_send() {
+    // Before the post: its completion may be handled before ibv_post_send returns.
+    send_done = false;
+    message_in = false;
+    ++sent;
+    std::snprintf(buffer.data(), kSize, "ibev ping %d", sent.load());
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buffer.data()), kSize, mr->lkey()};
+    ibv_send_wr wr{};
+    wr.wr_id = 1;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(qp->get(), &wr, &bad) != 0) ++errors;
+  }
+  void on_completions(const CompletionBatch& batch) {
+    for (const ibv_wc& wc : batch) {
+      if (wc.status != IBV_WC_SUCCESS) {
+        ++errors;
+        continue;
+      }
+      if (wc.wr_id == 1) send_done = true;
+      if (wc.wr_id == 2) {
+        message_in = true;
+        ++received;
+        post_receive();
+      }
+    }
+    if (sent < kIters && send_done && message_in) post_send();
+    if (sent == kIters && received == kIters && send_done) finished.set_value();
+  }
+};
+
+enum class Role { kClient, kServer };
+std::ostream& operator<<(std::ostream& out, Role r) {
+  return out << (r == Role::kClient ? "ibev_as_client" : "ibev_as_server");
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(interoperates_with_ibv_rc_pingpong,
+                     bdata::make({Role::kClient, Role::kServer}), role) {
+  Env env(test_device());
+  Pingpong pp;
+  auto cq = CompletionQueue::create(
+      env.device, [&](const CompletionBatch& batch) { pp.on_completions(batch); }, nullptr);
+  pp.qp = rc_qp(env, cq, std::nullopt);
+  pp.mr = MemoryRegion::create(env.pd, pp.buffer.data(), pp.buffer.size(),
+                               IBV_ACCESS_LOCAL_WRITE);
+  const RcEndpoint ours = pp.qp->endpoint();
+  BOOST_TEST_MESSAGE("ibev advertises PSN " << ours.psn);
+
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  const std::string common = "stdbuf -oL ibv_rc_pingpong -d " + test_device() + " -g 0 -p " +
+                             std::to_string(kPingpongPort) + " -n " +
+                             std::to_string(kIters) + " -s " + std::to_string(kSize);
+  RcEndpoint theirs{};
+  if (role == Role::kClient) {
+    Spawned peer(common, tmp + "/rc_pingpong_server.out");
+    Fd sock(::socket(AF_INET, SOCK_STREAM, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(kPingpongPort);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool connected = false;
+    for (int attempt = 0; attempt < 200 && !connected; ++attempt) {
+      connected = ::connect(sock.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      if (!connected) std::this_thread::sleep_for(50ms);
+    }
+    BOOST_REQUIRE_MESSAGE(connected, "ibv_rc_pingpong never listened: " << peer.text());
+    std::array<char, kWireSize> wire = to_wire(ours);
+    BOOST_REQUIRE(write_all(sock.fd, wire.data(), wire.size()));
+    BOOST_REQUIRE(read_all(sock.fd, wire.data(), wire.size()));
+    theirs = from_wire(wire);
+    pp.qp->connect(theirs);
+    for (int i = 0; i < 16; ++i) pp.post_receive();  // a QP takes them from INIT on
+    BOOST_REQUIRE(write_all(sock.fd, "done", sizeof "done"));
+    pp.post_send();  // the client sends first
+    BOOST_TEST((pp.finished.get_future().wait_for(30s) == std::future_status::ready),
+               "ibev sent " << pp.sent << ", received " << pp.received << "; peer: "
+                            << peer.text());
+    BOOST_TEST(peer.wait_for_text(std::to_string(kIters) + " iters in", 20s), peer.text());
+  } else {
+    Fd listener(::socket(AF_INET, SOCK_STREAM, 0));
+    const int yes = 1;
+    ::setsockopt(listener.fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(kPingpongPort);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_REQUIRE(::bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    BOOST_REQUIRE(::listen(listener.fd, 1) == 0);
+    Spawned peer(common + " 127.0.0.1", tmp + "/rc_pingpong_client.out");
+    Fd sock(::accept(listener.fd, nullptr, nullptr));
+    BOOST_REQUIRE(sock.fd >= 0);
+    std::array<char, kWireSize> wire{};
+    BOOST_REQUIRE(read_all(sock.fd, wire.data(), wire.size()));
+    theirs = from_wire(wire);
+    pp.qp->connect(theirs);  // in RTR before the client may send
+    for (int i = 0; i < 16; ++i) pp.post_receive();
+    wire = to_wire(ours);
+    BOOST_REQUIRE(write_all(sock.fd, wire.data(), wire.size()));
+    char done[sizeof "done"] = {};
+    BOOST_REQUIRE(read_all(sock.fd, done, sizeof done));
+    BOOST_TEST(std::string(done) == "done");
+    BOOST_TEST((pp.finished.get_future().wait_for(30s) == std::future_status::ready),
+               "ibev sent " << pp.sent << ", received " << pp.received << "; peer: "
+                            << peer.text());
+    BOOST_TEST(peer.wait_for_text(std::to_string(kIters) + " iters in", 20s), peer.text());
+  }
+  // ibv_rc_pingpong chose its own PSN (lrand48() & 0xffffff), as did ibev.
+  BOOST_TEST_MESSAGE("ibv_rc_pingpong advertised PSN " << theirs.psn);
+  BOOST_TEST(pp.errors == 0);
+  BOOST_TEST(pp.sent == kIters);
+  BOOST_TEST(pp.received == kIters);
+  env.dispatcher.stop();
 }

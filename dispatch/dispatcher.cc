@@ -1,3 +1,17 @@
+// Locking. `DispatcherState::mutex` guards the tables of sources and the
+// injection queue; a ChannelSource's `mutex` guards its CQs and their unacked
+// counts, and is taken inside the tables' mutex, never the other way round.
+// A source leaves the epoll set and gets its fd's flags back under the tables'
+// mutex, in the same critical section that takes it out of the tables: so a
+// new watch of the same fd (a CQ joining a channel whose last CQ just left)
+// finds either the old source whole or none at all. `Dispatcher::control_`
+// serialises start() and stop() (and the thread handle) among application
+// threads; the dispatcher thread never takes it. CallGuards (core/) make a
+// release wait until the dispatcher is done with the thing released.
+//
+// Fork: the epoll fd and the watched fds' file descriptions are shared with a
+// forked child. Everything that would touch them checks that it runs in the
+// process that made the Dispatcher; in a child every handle is inert.
 #include <ibev/dispatch/dispatcher.h>
 
 #include <fcntl.h>
@@ -23,9 +37,13 @@
 #include <vector>
 
 #include <ibev/core/call_guard.h>
+#include <ibev/dispatch/test_seams.h>
 
 namespace ibev {
 namespace detail {
+
+void (*test_seams::after_channel_retired)(ibv_comp_channel*) = nullptr;
+
 namespace {
 
 [[noreturn]] void throw_system_error(int error, const char* verb) {
@@ -132,6 +150,9 @@ struct DispatcherState {
     [[maybe_unused]] const auto ignored = ::write(control.get(), &one, sizeof one);
   }
 
+  // False in a child forked after the Dispatcher was made.
+  bool in_owner_process() const noexcept { return ::getpid() == owner; }
+
   void report(const std::string& what) noexcept {
     errors.fetch_add(1, std::memory_order_relaxed);
     try {
@@ -180,24 +201,43 @@ struct DispatcherState {
   }
 
   // Serves it no more, takes its fd out of the epoll set and gives the fd its
-  // flags back. The fd may be closed already (a device gone): then there is
-  // nothing to undo.
-  void retire(Source& source) noexcept {
+  // flags back; the caller holds `mutex` (see the top of the file). The fd may
+  // be closed already (a device gone): then there is nothing to undo. In a
+  // forked child the epoll set and the flags are the parent's: untouched.
+  void retire_locked(Source& source) noexcept {
     source.guard.close();
+    if (!in_owner_process()) return;
     ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, source.fd, nullptr);
     ::fcntl(source.fd, F_SETFL, source.original_flags);
   }
 
-  // take_locked() and retire(); returns the source (null if gone already) for
-  // the caller to wait until it is idle.
+  // take_locked() and retire_locked() in one critical section; returns the
+  // source (null if gone already) for the caller to wait until it is idle.
   std::shared_ptr<Source> remove(std::uint64_t id) {
-    std::shared_ptr<Source> source;
+    std::lock_guard<std::mutex> lock(mutex);
+    std::shared_ptr<Source> source = take_locked(id);
+    if (source) retire_locked(*source);
+    return source;
+  }
+
+  // The Dispatcher is gone and its thread with it: every fd still watched
+  // gets its flags back (watches held on are inert from now on), and
+  // injected events nobody will dispatch are said, not dropped silently.
+  void shut_down() noexcept {
+    std::size_t undelivered = 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      source = take_locked(id);
+      while (!sources.empty()) {
+        if (auto source = take_locked(sources.begin()->first)) retire_locked(*source);
+      }
+      undelivered = injected_queue.size();
+      injected_queue.clear();
     }
-    if (source) retire(*source);
-    return source;
+    if (undelivered > 0) {
+      report(std::to_string(undelivered) +
+             " injected event(s) never dispatched: the Dispatcher was destroyed "
+             "before a run_once() or its thread served them");
+    }
   }
 
   Registry& registry;
@@ -212,9 +252,14 @@ struct DispatcherState {
   std::unordered_map<ibv_comp_channel*, std::shared_ptr<ChannelSource>> channels;
   std::deque<Delivery> injected_queue;
 
+  const pid_t owner = ::getpid();
   std::atomic<bool> stop_requested{false};
-  std::atomic<bool> driving{false};  // a thread is inside run_once
+  std::atomic<bool> thread_running{false};  // between start() and its join
+  std::atomic<bool> driving{false};         // a thread is inside run_once
   std::atomic<std::thread::id> dispatcher_thread{};
+  // Destroyed from inside its own handler: the thread, which holds the state,
+  // shuts it down itself when its loop ends.
+  std::atomic<bool> orphaned{false};
 
   std::atomic<std::uint64_t> async_events{0}, injected{0}, devices_lost{0},
       completion_events{0}, cq_ack_calls{0}, empty_completion_events{0},
@@ -462,6 +507,23 @@ std::size_t run_pass(DispatcherState& state, int timeout_ms) {
   return static_cast<std::size_t>(n);
 }
 
+// The dispatcher thread's body. It holds the state, not the Dispatcher: a
+// handler may destroy the Dispatcher, and the loop then ends after it.
+void run_loop(const std::shared_ptr<DispatcherState>& state) {
+  state->dispatcher_thread = std::this_thread::get_id();
+  while (!state->stop_requested.load()) run_pass(*state, -1);
+  state->dispatcher_thread = std::thread::id{};
+  if (state->orphaned.load()) state->shut_down();
+}
+
+void require_owner_process(const DispatcherState& state, const char* verb) {
+  if (!state.in_owner_process()) {
+    throw std::logic_error(std::string(verb) +
+                           ": in a forked child; only the process that made the "
+                           "Dispatcher can dispatch (ibv_fork_init(3))");
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -480,50 +542,75 @@ Dispatcher::Dispatcher(Registry& registry, Options options)
     : state_(std::make_shared<DispatcherState>(registry, std::move(options))) {}
 
 Dispatcher::~Dispatcher() {
+  if (!state_->in_owner_process()) {
+    // A forked child's copy: the parent's thread does not exist here, and the
+    // epoll set and fds are the parent's. Nothing to join, nothing to undo.
+    static_cast<void>(thread_.release());  // leaked on purpose: no thread here
+    return;
+  }
+  if (in_dispatcher_thread()) {
+    // Destroyed by one of its own handlers: the thread cannot join itself. It
+    // holds the state, finishes the handler, stops and shuts down.
+    state_->orphaned = true;
+    state_->stop_requested = true;
+    state_->wake();
+    thread_->detach();
+    return;
+  }
   stop();
-  if (thread_.joinable()) thread_.join();  // stop() asked from a handler
+  state_->shut_down();
 }
 
 void Dispatcher::start() {
-  if (thread_.joinable()) {
+  detail::require_owner_process(*state_, "Dispatcher::start");
+  if (in_dispatcher_thread()) {
+    throw std::logic_error("Dispatcher::start: called from the dispatcher thread");
+  }
+  std::lock_guard<std::mutex> lock(control_);
+  if (thread_) {
     if (!state_->stop_requested.load()) {
       throw std::logic_error("Dispatcher::start: the dispatcher thread is running");
     }
-    thread_.join();  // stopped from inside a handler, not joined yet
+    thread_->join();  // stopped from inside a handler, not joined yet
+    thread_.reset();
   }
   if (state_->driving.load()) {
     throw std::logic_error("Dispatcher::start: run_once() is in progress");
   }
   state_->stop_requested = false;
-  thread_ = std::thread([this] { loop(); });
+  state_->thread_running = true;
+  thread_ = std::make_unique<std::thread>(
+      [state = state_] { detail::run_loop(state); });
 }
 
 void Dispatcher::stop() {
-  if (!thread_.joinable()) return;
+  if (in_dispatcher_thread()) {  // it cannot join itself: start() or ~ will
+    state_->stop_requested = true;
+    state_->wake();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(control_);
+  if (!thread_ || !state_->in_owner_process()) return;
   state_->stop_requested = true;
   state_->wake();
-  if (in_dispatcher_thread()) return;  // cannot join itself
-  thread_.join();
+  thread_->join();
+  thread_.reset();
+  state_->thread_running = false;
 }
 
 bool Dispatcher::running() const noexcept {
-  return thread_.joinable() && !state_->stop_requested.load();
+  return state_->thread_running.load() && !state_->stop_requested.load();
 }
 
 bool Dispatcher::in_dispatcher_thread() const noexcept {
   return state_->dispatcher_thread.load() == std::this_thread::get_id();
 }
 
-void Dispatcher::loop() {
-  state_->dispatcher_thread = std::this_thread::get_id();
-  while (!state_->stop_requested.load()) detail::run_pass(*state_, -1);
-  state_->dispatcher_thread = std::thread::id{};
-}
-
 int Dispatcher::fd() const noexcept { return state_->epoll.get(); }
 
 std::size_t Dispatcher::run_once(std::chrono::milliseconds timeout) {
-  if (thread_.joinable() && !state_->stop_requested.load()) {
+  detail::require_owner_process(*state_, "Dispatcher::run_once");
+  if (running()) {
     throw std::logic_error("Dispatcher::run_once: the dispatcher thread is running");
   }
   if (state_->driving.exchange(true)) {
@@ -556,7 +643,9 @@ Watch Dispatcher::watch(ibv_context* device) {
   state.add_locked(std::make_shared<detail::DeviceSource>(
       id, device, detail::make_nonblocking(device->async_fd)));
   state.devices.emplace(device, id);
-  return Watch([weak = std::weak_ptr<DispatcherState>(state_), id]() noexcept {
+  return Watch([weak = std::weak_ptr<DispatcherState>(state_), id,
+                owner = state.owner]() noexcept {
+    if (::getpid() != owner) return;  // a forked child's copy: inert
     if (auto state = weak.lock()) {
       if (auto source = state->remove(id)) source->guard.wait_idle();
     }
@@ -609,9 +698,20 @@ CompletionWatch Dispatcher::watch_completions(ibv_comp_channel* channel,
   }
 
   Watch watch([weak = std::weak_ptr<DispatcherState>(state_),
-               weak_source = std::weak_ptr<detail::ChannelSource>(source),
-               entry]() noexcept {
+               weak_source = std::weak_ptr<detail::ChannelSource>(source), entry,
+               owner = state.owner]() noexcept {
+    if (::getpid() != owner) return;  // a forked child's copy: inert
     entry->guard.close();
+    // Every event read for this CQ was counted in `unacked`: ack them all,
+    // so that ibv_destroy_cq does not wait, whether or not the Dispatcher
+    // still exists (gone, its thread is joined and nothing else counts).
+    const auto ack_leftovers = [&entry] {
+      if (entry->unacked == 0) return false;
+      ibv_ack_cq_events(entry->cq, entry->unacked);
+      entry->unacked = 0;
+      entry->ack_calls.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    };
     auto state = weak.lock();
     auto source = weak_source.lock();
     std::shared_ptr<detail::Source> retired;
@@ -619,19 +719,19 @@ CompletionWatch Dispatcher::watch_completions(ibv_comp_channel* channel,
       std::lock_guard<std::mutex> lock(state->mutex);
       std::lock_guard<std::mutex> channel_lock(source->mutex);
       source->cqs.erase(entry->cq);
-      // Every event read for this CQ was counted under this lock: ack them
-      // all, so that ibv_destroy_cq does not wait.
-      if (entry->unacked > 0) {
-        ibv_ack_cq_events(entry->cq, entry->unacked);
-        entry->unacked = 0;
-        entry->ack_calls.fetch_add(1, std::memory_order_relaxed);
-        state->cq_ack_calls.fetch_add(1, std::memory_order_relaxed);
-      }
+      if (ack_leftovers()) state->cq_ack_calls.fetch_add(1, std::memory_order_relaxed);
       // The last CQ of the channel: stop watching the channel, so that it
       // can be destroyed. A CQ watched on it later adds it again.
-      if (source->cqs.empty()) retired = state->take_locked(source->id);
+      if (source->cqs.empty()) {
+        retired = state->take_locked(source->id);
+        if (retired) state->retire_locked(*retired);
+      }
+    } else {
+      ack_leftovers();
     }
-    if (retired) state->retire(*retired);
+    if (retired && detail::test_seams::after_channel_retired != nullptr) {
+      detail::test_seams::after_channel_retired(entry->cq->channel);
+    }
     entry->guard.wait_idle();
     if (retired) retired->guard.wait_idle();
   });

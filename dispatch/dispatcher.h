@@ -33,6 +33,12 @@
 // may be destroyed); from inside a handler it does not wait, and the
 // dispatcher does not touch the object again.
 //
+// Fork: in a child forked after the Dispatcher was made, every Watch and the
+// Dispatcher itself are inert: releasing or destroying them touches neither
+// the parent's epoll set nor its fds' flags (nor acks its CQ events), and
+// start() and run_once() throw. As rdma-core's objects are not usable in the
+// child (ibv_fork_init(3)), a child may only drop what it inherited, or exec.
+//
 // Lifetime: the Registry must outlive the Dispatcher. Watches may outlive it.
 // Errors in the loop (a failing verb, a throwing completion handler) never
 // stop dispatch: they go to Options::on_error and are counted.
@@ -46,6 +52,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string_view>
 #include <thread>
 
@@ -139,15 +146,22 @@ class Dispatcher {
   // (epoll_create1, eventfd) on failure.
   explicit Dispatcher(Registry& registry);
   Dispatcher(Registry& registry, Options options);
-  // stop(), then closes the loop. Watches still held become inert.
+  // stop(), then closes the loop: every fd still watched gets its flags back
+  // and watches still held become inert; injected events never dispatched are
+  // reported to Options::on_error. From inside one of its own handlers it
+  // does not wait: the thread finishes that handler, stops, and cleans up.
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
-  // Starts the dispatcher thread. Throws std::logic_error if it is running.
+  // Starts the dispatcher thread. Throws std::logic_error if it is running,
+  // from the dispatcher thread, or in a forked child.
   void start();
-  // Wakes the thread and joins it. From inside a handler it only asks the
-  // thread to stop (it cannot join itself); start() or the destructor joins.
+  // Wakes the thread and joins it: it returns when the handler running now
+  // (if any) has returned, however long that takes; ibev does not interrupt
+  // handlers. Any thread may call it, several at once. From inside a handler
+  // it only asks the thread to stop (it cannot join itself); start() or the
+  // destructor joins.
   void stop();
   bool running() const noexcept;
   bool in_dispatcher_thread() const noexcept;
@@ -190,7 +204,8 @@ class Dispatcher {
   void loop();
 
   std::shared_ptr<detail::DispatcherState> state_;
-  std::thread thread_;
+  std::mutex control_;                  // start() and stop() among app threads
+  std::unique_ptr<std::thread> thread_;  // between start() and its join
 };
 
 }  // namespace ibev

@@ -1,0 +1,212 @@
+// The Dispatcher's own lifecycle, without an RDMA device (the watched fds are
+// pipes standing in for async fds): start and stop from several threads, a
+// stop asked by the first handler after start, destruction from inside a
+// handler, what destruction gives back (flags, injected events), and a forked
+// child whose handles must leave the parent's loop alone.
+#define BOOST_TEST_MODULE ibev_dispatch_lifecycle
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ibev/dispatch/dispatcher.h>
+
+using namespace std::chrono_literals;
+using ibev::Dispatcher;
+using ibev::Event;
+using ibev::Registry;
+
+namespace {
+
+// A pipe whose read end stands in for a device's async fd: the dispatcher
+// only makes it non-blocking and puts it in its epoll set until something is
+// written, and nothing is.
+struct FakeDevice {
+  FakeDevice() {
+    BOOST_REQUIRE(::pipe(fds) == 0);
+    context.async_fd = fds[0];
+  }
+  ~FakeDevice() {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  bool nonblocking() const { return (::fcntl(fds[0], F_GETFL) & O_NONBLOCK) != 0; }
+  // Whether `epoll_fd`'s set still holds the fd: adding it again says EEXIST.
+  bool in_epoll_set(int epoll_fd) const {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fds[0], &event) == 0) {
+      ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fds[0], nullptr);
+      return false;
+    }
+    return errno == EEXIST;
+  }
+  int fds[2];
+  ibv_context context{};
+};
+
+// Runs `child` in a forked child and returns its exit status (0: it passed).
+int in_child(const std::function<int()>& child) {
+  const pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(child());
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+}  // namespace
+
+// The thread handle used to be joined unsynchronised: two stops at once hung
+// in pthread_join or threw EINVAL.
+BOOST_AUTO_TEST_CASE(stop_from_two_threads_at_once) {
+  Registry registry;
+  Dispatcher dispatcher(registry);
+  for (int round = 0; round < 300; ++round) {
+    dispatcher.start();
+    std::promise<void> go;
+    std::shared_future<void> ready = go.get_future().share();
+    auto stopper = [&] {
+      ready.wait();
+      dispatcher.stop();
+    };
+    std::thread a(stopper), b(stopper);
+    go.set_value();
+    a.join();
+    b.join();
+    BOOST_REQUIRE(!dispatcher.running());
+  }
+}
+
+// start() used to publish the thread handle after the thread ran: a stop()
+// asked by the very first handler could find "no thread" and be lost.
+BOOST_AUTO_TEST_CASE(a_stop_asked_by_the_first_handler_is_never_lost) {
+  Registry registry;
+  ibv_context device{};
+  for (int round = 0; round < 1000; ++round) {
+    Dispatcher dispatcher(registry);
+    std::promise<void> heard;
+    ibev::Attachment stopper = registry.listen(&device, [&](const Event&) {
+      dispatcher.stop();
+      heard.set_value();
+    });
+    dispatcher.inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+    dispatcher.start();  // the event is ready: the first pass serves it
+    BOOST_REQUIRE(heard.get_future().wait_for(5s) == std::future_status::ready);
+    BOOST_REQUIRE_MESSAGE(!dispatcher.running(), "round " << round);
+    dispatcher.stop();
+  }
+}
+
+// It used to call std::terminate (the thread joining itself).
+BOOST_AUTO_TEST_CASE(destroying_the_dispatcher_from_its_own_handler) {
+  Registry registry;
+  ibv_context device{};
+  FakeDevice fake;
+  auto dispatcher = std::make_unique<Dispatcher>(registry);
+  ibev::Watch watch = dispatcher->watch(&fake.context);
+  std::promise<void> done;
+  ibev::Attachment destroyer = registry.listen(&device, [&](const Event&) {
+    dispatcher.reset();
+    done.set_value();  // the handler goes on after its Dispatcher is gone
+  });
+  dispatcher->inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+  dispatcher->start();
+  BOOST_REQUIRE(done.get_future().wait_for(5s) == std::future_status::ready);
+  // The thread cleans up after the handler: the fd gets its flags back.
+  for (int i = 0; i < 500 && fake.nonblocking(); ++i) std::this_thread::sleep_for(10ms);
+  BOOST_TEST(!fake.nonblocking());
+  watch.release();  // inert, and harmless
+}
+
+BOOST_AUTO_TEST_CASE(stop_waits_for_the_running_handler) {
+  Registry registry;
+  ibv_context device{};
+  Dispatcher dispatcher(registry);
+  std::atomic<bool> in_handler{false}, handler_done{false};
+  ibev::Attachment slow = registry.listen(&device, [&](const Event&) {
+    in_handler = true;
+    std::this_thread::sleep_for(200ms);
+    handler_done = true;
+  });
+  dispatcher.start();
+  dispatcher.inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+  while (!in_handler) std::this_thread::sleep_for(1ms);
+  dispatcher.stop();
+  BOOST_TEST(handler_done.load(), "stop() returned while the handler ran");
+}
+
+// A Watch kept past its Dispatcher used to leave the fd non-blocking although
+// the header promised its flags back.
+BOOST_AUTO_TEST_CASE(destruction_gives_every_fd_its_flags_back) {
+  Registry registry;
+  FakeDevice fake;
+  ibev::Watch watch;
+  {
+    Dispatcher dispatcher(registry);
+    watch = dispatcher.watch(&fake.context);
+    BOOST_REQUIRE(fake.nonblocking());
+  }
+  BOOST_TEST(!fake.nonblocking());
+  watch.release();
+  BOOST_TEST(!fake.nonblocking());
+}
+
+// Injected events still queued vanished uncounted.
+BOOST_AUTO_TEST_CASE(injected_events_never_dispatched_are_reported) {
+  Registry registry;
+  ibv_context device{};
+  std::vector<std::string> errors;
+  {
+    Dispatcher::Options options;
+    options.on_error = [&](std::string_view what) { errors.emplace_back(what); };
+    Dispatcher dispatcher(registry, options);
+    for (int i = 0; i < 3; ++i) {
+      dispatcher.inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});
+    }
+  }
+  BOOST_REQUIRE(errors.size() == 1u);
+  BOOST_TEST(errors[0].find("3 injected event(s) never dispatched") != std::string::npos,
+             errors[0]);
+}
+
+// The epoll fd and the fds' file descriptions are shared with a forked child:
+// a child releasing its copy of a Watch used to take the device out of the
+// parent's epoll set and make its fd blocking, and the parent never heard
+// that device again.
+BOOST_AUTO_TEST_CASE(a_forked_child_leaves_the_parents_loop_alone) {
+  Registry registry;
+  FakeDevice fake;
+  auto dispatcher = std::make_unique<Dispatcher>(registry);
+  ibev::Watch watch = dispatcher->watch(&fake.context);
+  dispatcher->start();
+  const int status = in_child([&] {
+    watch.release();
+    dispatcher.reset();  // the parent's thread is not here: nothing to join
+    return 0;
+  });
+  BOOST_TEST(status == 0);
+  BOOST_TEST(fake.nonblocking());
+  BOOST_TEST(fake.in_epoll_set(dispatcher->fd()));
+
+  const int refused = in_child([&] {
+    try {
+      dispatcher->run_once(0ms);
+    } catch (const std::logic_error& e) {
+      return std::string(e.what()).find("forked child") != std::string::npos ? 0 : 2;
+    }
+    return 1;
+  });
+  BOOST_TEST(refused == 0);
+  dispatcher->stop();
+}

@@ -252,8 +252,12 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(lifetimes)
 
-// An event injected for a QP that is then destroyed, with a new QP created at
-// the same address before delivery: the new QP must not hear it.
+// An event injected for a QP that is then destroyed, with a new object
+// registered at the same address before delivery: the newcomer must not hear
+// it. The newcomer is attached at the old address directly, as
+// QueuePair::create attaches a QP the allocator happens to put there; waiting
+// for the allocator to reuse the address made the test depend on malloc (and
+// ASan's quarantine never reuses it).
 BOOST_AUTO_TEST_CASE(a_reused_address_never_hears_the_old_objects_event) {
   Env env{test_device()};
   env.dispatcher.stop();  // deliver by hand, after the swap
@@ -266,22 +270,18 @@ BOOST_AUTO_TEST_CASE(a_reused_address_never_hears_the_old_objects_event) {
   ibv_qp* const address = old_qp->get();
   env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, address);
   old_qp.reset();
-  std::shared_ptr<QueuePair> new_qp;
-  std::vector<std::shared_ptr<QueuePair>> misses;
-  for (int tries = 0; tries < 64 && !new_qp; ++tries) {
-    auto candidate = QueuePair::create(env.pd, heard.as("new"), options);
-    if (candidate->get() == address) {
-      new_qp = candidate;
-    } else {
-      misses.push_back(candidate);  // keep it, so the allocator moves on
-    }
-  }
-  BOOST_REQUIRE_MESSAGE(new_qp, "the allocator never reused the address");
+  Attachment newcomer = env.registry.attach(address, heard.as("new"));
   while (env.dispatcher.run_once(200ms) > 0) {
   }
   BOOST_TEST(heard.from("new").empty());
   BOOST_TEST(heard.from("old").empty());
   BOOST_TEST(heard.from("unclaimed").size() == 1u);
+
+  // And the newcomer does hear what is raised for it from now on.
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, address);
+  while (env.dispatcher.run_once(200ms) > 0) {
+  }
+  BOOST_TEST(heard.from("new").size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(events_raised_while_stopped_arrive_after_restart) {

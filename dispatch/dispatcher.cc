@@ -112,7 +112,7 @@ struct CqEntry {
   CallGuard guard;              // held while re-arming and draining
   unsigned unacked = 0;         // under the channel's mutex
   std::atomic<std::uint64_t> events{0}, ack_calls{0}, empty_events{0},
-      completions{0}, polled{0};
+      completions{0}, polled{0}, yields{0};
 };
 
 struct ChannelSource : Source {
@@ -251,6 +251,9 @@ struct DispatcherState {
   std::unordered_map<ibv_context*, std::uint64_t> devices;
   std::unordered_map<ibv_comp_channel*, std::shared_ptr<ChannelSource>> channels;
   std::deque<Delivery> injected_queue;
+  // CQs that used their budget, to be served again next turn before the
+  // dispatcher sleeps. Only the dispatching thread touches it.
+  std::vector<std::shared_ptr<CqEntry>> requeued;
 
   const pid_t owner = ::getpid();
   std::atomic<bool> stop_requested{false};
@@ -323,14 +326,15 @@ void serve_device(DispatcherState& state, DeviceSource& source,
   }
 }
 
-// Polls `entry`'s CQ until it is empty (or the watch is released), handing
-// each batch to the handler; returns how many completions it took.
-std::uint64_t drain(DispatcherState& state, CqEntry& entry) {
+// Polls `entry`'s CQ until it is empty, the watch is released or `limit`
+// completions were taken, handing each batch to the handler; returns how
+// many it took (== limit: the CQ may hold more).
+std::uint64_t drain(DispatcherState& state, CqEntry& entry, std::uint64_t limit) {
   std::array<ibv_wc, 256> wcs;
   std::uint64_t drained = 0;
-  while (!entry.guard.closed()) {
-    const int n = ibv_poll_cq(entry.cq, static_cast<int>(entry.options.poll_batch),
-                              wcs.data());
+  while (drained < limit && !entry.guard.closed()) {
+    const auto want = std::min<std::uint64_t>(entry.options.poll_batch, limit - drained);
+    const int n = ibv_poll_cq(entry.cq, static_cast<int>(want), wcs.data());
     if (n < 0) {
       state.report(describe("ibv_poll_cq failed for CQ", entry.cq));
       break;
@@ -362,37 +366,56 @@ void rearm(DispatcherState& state, CqEntry& entry) {
   }
 }
 
-// Stage II after a channel event: drain, re-arm, drain again. The first
-// drain runs the handler before the re-arm's system call, so a reply to a
-// completion goes out one verb sooner than with arm-then-drain; the drain
-// after the re-arm takes whatever landed before it, and a completion landing
-// after it raises a new event, even if this drain takes it (that event then
-// finds the CQ empty). In adaptive mode, keep polling between the first drain
-// and the re-arm while completions come, until the CQ has been quiet for the
-// budget. `drained`: completions the caller took for this event already.
-void serve_cq(DispatcherState& state, CqEntry& entry, std::uint64_t drained) {
-  drained += drain(state, entry);
-  const auto budget = entry.options.poll_budget;
-  if (budget.count() > 0) {
+// One turn of a CQ, after its channel event (`for_event`) or when it was
+// requeued: drain, re-arm, drain again. The first drain runs the handler
+// before the re-arm's system call, so a reply to a completion goes out one
+// verb sooner than with arm-then-drain; the drain after the re-arm takes
+// whatever landed before it, and a completion landing after it raises a new
+// event, even if this drain takes it (that event then finds the CQ empty). In
+// adaptive mode, keep polling between the first drain and the re-arm while
+// completions come, until the CQ has been quiet for the poll budget.
+//
+// The turn is bounded: at most `budget` completions, and adaptive polling at
+// most one poll budget long. A turn that ends on its bound leaves the CQ
+// unarmed and requeued, so the dispatcher serves every other ready source and
+// comes back without sleeping (the kernel's cq.c requeues its poll work the
+// same way). `drained`: completions taken for this event already.
+void serve_cq(DispatcherState& state, const std::shared_ptr<CqEntry>& shared,
+              std::uint64_t drained, bool for_event) {
+  CqEntry& entry = *shared;
+  const std::uint64_t budget = entry.options.budget;
+  const auto yield = [&] {
+    entry.yields.fetch_add(1, std::memory_order_relaxed);
+    state.requeued.push_back(shared);
+  };
+  drained += drain(state, entry, budget - std::min(drained, budget));
+  if (drained >= budget) return yield();
+  const auto poll_budget = entry.options.poll_budget;
+  if (poll_budget.count() > 0) {
     // Reading the clock costs more than an empty poll: look every 64 polls.
-    auto quiet_since = std::chrono::steady_clock::now();
+    const auto turn_start = std::chrono::steady_clock::now();
+    auto quiet_since = turn_start;
     for (unsigned empty = 0; !entry.guard.closed(); ++empty) {
-      if (const std::uint64_t more = drain(state, entry); more > 0) {
+      if (const std::uint64_t more = drain(state, entry, budget - drained); more > 0) {
         drained += more;
         entry.polled.fetch_add(more, std::memory_order_relaxed);
+        if (drained >= budget) return yield();
         quiet_since = std::chrono::steady_clock::now();
+        if (quiet_since - turn_start >= poll_budget) return yield();
         empty = 0;
-      } else if (empty % 64 == 63 &&
-                 std::chrono::steady_clock::now() - quiet_since >= budget) {
-        break;
+      } else if (empty % 64 == 63) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - quiet_since >= poll_budget) break;  // quiet: arm and sleep
+        if (now - turn_start >= poll_budget) return yield();
       }
     }
   }
   if (!entry.guard.closed()) {
     rearm(state, entry);
-    drained += drain(state, entry);
+    drained += drain(state, entry, budget - drained);
+    if (drained >= budget) return yield();
   }
-  if (drained == 0) {
+  if (drained == 0 && for_event) {
     entry.empty_events.fetch_add(1, std::memory_order_relaxed);
     state.empty_completion_events.fetch_add(1, std::memory_order_relaxed);
   }
@@ -425,7 +448,7 @@ void serve_channel(DispatcherState& state, ChannelSource& source) {
   // a stale one: acked there; this drain then found the CQ closed or empty.)
   std::uint64_t drained_early = 0;
   if (report.only_cq && report.only_cq->guard.try_enter()) {
-    drained_early = drain(state, *report.only_cq);
+    drained_early = drain(state, *report.only_cq, report.only_cq->options.budget);
     report.only_cq->guard.leave();
   }
   for (unsigned i = 0; i < report.events_to_read && !source.guard.closed(); ++i) {
@@ -463,8 +486,8 @@ void serve_channel(DispatcherState& state, ChannelSource& source) {
       }
     }
     if (!entry->guard.try_enter()) continue;
-    serve_cq(state, *entry,
-             entry == report.only_cq ? std::exchange(drained_early, 0) : 0);
+    serve_cq(state, entry,
+             entry == report.only_cq ? std::exchange(drained_early, 0) : 0, true);
     entry->guard.leave();
   }
 }
@@ -478,13 +501,18 @@ void serve_injected(DispatcherState& state) {
   for (const Delivery& delivery : ready) deliver_guarded(state, delivery);
 }
 
+// One turn: every ready source once, each within its budget, then the CQs
+// the last turn requeued (after, so that what they delayed goes first). With
+// CQs owed a turn it does not sleep.
 std::size_t run_pass(DispatcherState& state, int timeout_ms) {
+  std::vector<std::shared_ptr<CqEntry>> owed;
+  owed.swap(state.requeued);
   std::array<epoll_event, 32> events;
-  const int n = ::epoll_wait(state.epoll.get(), events.data(),
-                             static_cast<int>(events.size()), timeout_ms);
+  int n = ::epoll_wait(state.epoll.get(), events.data(), static_cast<int>(events.size()),
+                       owed.empty() ? timeout_ms : 0);
   if (n < 0) {
     if (errno != EINTR) state.report(std::string("epoll_wait: ") + std::strerror(errno));
-    return 0;
+    n = 0;
   }
   for (int i = 0; i < n; ++i) {
     const std::uint64_t id = events[i].data.u64;
@@ -504,7 +532,12 @@ std::size_t run_pass(DispatcherState& state, int timeout_ms) {
     }
     source->guard.leave();
   }
-  return static_cast<std::size_t>(n);
+  for (const std::shared_ptr<CqEntry>& entry : owed) {
+    if (!entry->guard.try_enter()) continue;  // released meanwhile
+    serve_cq(state, entry, 0, false);
+    entry->guard.leave();
+  }
+  return static_cast<std::size_t>(n) + owed.size();
 }
 
 // The dispatcher thread's body. It holds the state, not the Dispatcher: a
@@ -531,9 +564,9 @@ using detail::DispatcherState;
 
 CompletionStats CompletionWatch::stats() const noexcept {
   if (!entry_) return {};
-  return {entry_->events.load(), entry_->ack_calls.load(),
+  return {entry_->events.load(),      entry_->ack_calls.load(),
           entry_->empty_events.load(), entry_->completions.load(),
-          entry_->polled.load()};
+          entry_->polled.load(),       entry_->yields.load()};
 }
 
 Dispatcher::Dispatcher(Registry& registry) : Dispatcher(registry, Options{}) {}
@@ -667,9 +700,10 @@ CompletionWatch Dispatcher::watch_completions(ibv_comp_channel* channel,
     throw std::invalid_argument(std::string(verb) +
                                 ": the CQ was not created on this channel");
   }
-  if (options.ack_batch == 0 || options.poll_batch == 0 || options.poll_batch > 256) {
+  if (options.ack_batch == 0 || options.poll_batch == 0 || options.poll_batch > 256 ||
+      options.budget == 0) {
     throw std::invalid_argument(std::string(verb) +
-                                ": ack_batch must be >= 1 and poll_batch 1..256");
+                                ": ack_batch and budget must be >= 1, poll_batch 1..256");
   }
   if (options.poll_budget.count() < 0 ||
       options.poll_budget > std::chrono::seconds(1)) {

@@ -88,8 +88,15 @@ struct CompletionOptions {
   // Adaptive mode, like NAPI: after an event, keep polling the CQ until it has
   // been empty for this long (0: off), then arm and drain once more before
   // sleeping. Saves the event round trip under load, costs this much spinning
-  // per burst; the dispatcher serves no other source meanwhile. At most 1 s.
+  // per burst. At most 1 s. A turn of polling lasts at most this long too
+  // (and at most `budget` completions): then the CQ yields to the other
+  // sources and is polled again on the next turn, still unarmed.
   std::chrono::microseconds poll_budget{0};
+  // Work completions this CQ may take per turn, like the kernel's
+  // IB_POLL_BUDGET_IRQ: a CQ under sustained inflow then delays other CQs,
+  // async events and stop() by one turn at most. A CQ that used its budget is
+  // served again next turn before the dispatcher sleeps. At least 1.
+  unsigned budget = 256;
 };
 
 struct CompletionStats {
@@ -98,6 +105,7 @@ struct CompletionStats {
   std::uint64_t empty_events = 0;  // events whose drain found nothing
   std::uint64_t completions = 0;   // work completions handed to the handler
   std::uint64_t polled = 0;        // of those, found by adaptive polling
+  std::uint64_t yields = 0;        // turns that ended on the budget
 };
 
 // A CQ's completion watch: the handle, and the CQ's figures.

@@ -204,19 +204,39 @@ struct DispatcherState {
   // flags back; the caller holds `mutex` (see the top of the file). The fd may
   // be closed already (a device gone): then there is nothing to undo. In a
   // forked child the epoll set and the flags are the parent's: untouched.
-  void retire_locked(Source& source) noexcept {
+  //
+  // Returns false when the fd turned out closed behind the dispatcher's back
+  // (epoll forgets a closed fd silently, so nothing was dispatched from it
+  // since): the caller reports that, outside the lock.
+  bool retire_locked(Source& source) noexcept {
     source.guard.close();
-    if (!in_owner_process()) return;
-    ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, source.fd, nullptr);
+    if (!in_owner_process()) return true;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, source.fd, nullptr) != 0 &&
+        (errno == EBADF || errno == ENOENT)) {
+      return false;
+    }
     ::fcntl(source.fd, F_SETFL, source.original_flags);
+    return true;
+  }
+
+  void report_closed_behind_our_back(const Source& source) noexcept {
+    report("fd " + std::to_string(source.fd) +
+           " was closed while the dispatcher watched it (epoll forgot it then, "
+           "and nothing was dispatched from it since): release a watch before "
+           "closing what it watches");
   }
 
   // take_locked() and retire_locked() in one critical section; returns the
   // source (null if gone already) for the caller to wait until it is idle.
   std::shared_ptr<Source> remove(std::uint64_t id) {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::shared_ptr<Source> source = take_locked(id);
-    if (source) retire_locked(*source);
+    std::shared_ptr<Source> source;
+    bool intact = true;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      source = take_locked(id);
+      if (source) intact = retire_locked(*source);
+    }
+    if (!intact) report_closed_behind_our_back(*source);
     return source;
   }
 
@@ -228,7 +248,9 @@ struct DispatcherState {
     {
       std::lock_guard<std::mutex> lock(mutex);
       while (!sources.empty()) {
-        if (auto source = take_locked(sources.begin()->first)) retire_locked(*source);
+        if (auto source = take_locked(sources.begin()->first)) {
+          static_cast<void>(retire_locked(*source));  // closed: nothing to give back
+        }
       }
       undelivered = injected_queue.size();
       injected_queue.clear();
@@ -749,6 +771,7 @@ CompletionWatch Dispatcher::watch_completions(ibv_comp_channel* channel,
     auto state = weak.lock();
     auto source = weak_source.lock();
     std::shared_ptr<detail::Source> retired;
+    bool closed_behind_our_back = false;
     if (state && source) {
       std::lock_guard<std::mutex> lock(state->mutex);
       std::lock_guard<std::mutex> channel_lock(source->mutex);
@@ -758,11 +781,12 @@ CompletionWatch Dispatcher::watch_completions(ibv_comp_channel* channel,
       // can be destroyed. A CQ watched on it later adds it again.
       if (source->cqs.empty()) {
         retired = state->take_locked(source->id);
-        if (retired) state->retire_locked(*retired);
+        if (retired && !state->retire_locked(*retired)) closed_behind_our_back = true;
       }
     } else {
       ack_leftovers();
     }
+    if (closed_behind_our_back) state->report_closed_behind_our_back(*retired);
     if (retired && detail::test_seams::after_channel_retired != nullptr) {
       detail::test_seams::after_channel_retired(entry->cq->channel);
     }

@@ -210,3 +210,25 @@ BOOST_AUTO_TEST_CASE(a_forked_child_leaves_the_parents_loop_alone) {
   BOOST_TEST(refused == 0);
   dispatcher->stop();
 }
+
+// epoll forgets a closed fd without a word, so a device whose async fd the
+// application closed while watched went silent unnoticed. What can be seen,
+// at the latest when the watch is released, is said.
+BOOST_AUTO_TEST_CASE(an_fd_closed_behind_the_dispatchers_back_is_reported) {
+  Registry registry;
+  std::vector<std::string> errors;
+  Dispatcher::Options options;
+  options.on_error = [&](std::string_view what) { errors.emplace_back(what); };
+  Dispatcher dispatcher(registry, options);
+  int fds[2];
+  BOOST_REQUIRE(::pipe(fds) == 0);
+  ibv_context device{};
+  device.async_fd = fds[0];
+  ibev::Watch watch = dispatcher.watch(&device);
+  ::close(fds[0]);  // behind its back
+  watch.release();
+  ::close(fds[1]);
+  BOOST_REQUIRE(errors.size() == 1u);
+  BOOST_TEST(errors[0].find("was closed while the dispatcher watched it") != std::string::npos,
+             errors[0]);
+}

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include <ibev/core/call_guard.h>
+#include <ibev/core/happens_before.h>
 #include <ibev/dispatch/test_seams.h>
 
 namespace ibev {
@@ -111,6 +112,10 @@ struct CqEntry {
   const CompletionOptions options;
   CallGuard guard;              // held while re-arming and draining
   unsigned unacked = 0;         // under the channel's mutex
+  // Adaptive mode: since when the CQ has given nothing, kept across turns so
+  // that a turn boundary does not restart the quiet period. Dispatching
+  // thread only.
+  std::chrono::steady_clock::time_point quiet_since{};
   std::atomic<std::uint64_t> events{0}, ack_calls{0}, empty_events{0},
       completions{0}, polled{0}, yields{0};
 };
@@ -367,6 +372,7 @@ std::uint64_t drain(DispatcherState& state, CqEntry& entry, std::uint64_t limit)
                                 std::memory_order_relaxed);
     state.work_completions.fetch_add(static_cast<std::uint64_t>(n),
                                      std::memory_order_relaxed);
+    acquire_before_completion(entry.cq);  // what was written before the post
     try {
       entry.handler(CompletionBatch{entry.cq, wcs.data(), static_cast<std::size_t>(n)});
     } catch (const std::exception& e) {
@@ -410,24 +416,28 @@ void serve_cq(DispatcherState& state, const std::shared_ptr<CqEntry>& shared,
     entry.yields.fetch_add(1, std::memory_order_relaxed);
     state.requeued.push_back(shared);
   };
-  drained += drain(state, entry, budget - std::min(drained, budget));
-  if (drained >= budget) return yield();
   const auto poll_budget = entry.options.poll_budget;
-  if (poll_budget.count() > 0) {
+  const bool adaptive = poll_budget.count() > 0;
+  drained += drain(state, entry, budget - std::min(drained, budget));
+  if (adaptive && (for_event || drained > 0)) {
+    entry.quiet_since = std::chrono::steady_clock::now();
+  }
+  if (drained >= budget) return yield();
+  if (adaptive) {
     // Reading the clock costs more than an empty poll: look every 64 polls.
     const auto turn_start = std::chrono::steady_clock::now();
-    auto quiet_since = turn_start;
     for (unsigned empty = 0; !entry.guard.closed(); ++empty) {
       if (const std::uint64_t more = drain(state, entry, budget - drained); more > 0) {
         drained += more;
         entry.polled.fetch_add(more, std::memory_order_relaxed);
-        if (drained >= budget) return yield();
-        quiet_since = std::chrono::steady_clock::now();
-        if (quiet_since - turn_start >= poll_budget) return yield();
+        entry.quiet_since = std::chrono::steady_clock::now();
+        if (drained >= budget || entry.quiet_since - turn_start >= poll_budget) {
+          return yield();
+        }
         empty = 0;
       } else if (empty % 64 == 63) {
         const auto now = std::chrono::steady_clock::now();
-        if (now - quiet_since >= poll_budget) break;  // quiet: arm and sleep
+        if (now - entry.quiet_since >= poll_budget) break;  // quiet: arm and sleep
         if (now - turn_start >= poll_budget) return yield();
       }
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test of ibev: installs what is missing, then runs the whole suite in
-# the default configuration and the unit tests under ASan+UBSan and TSan,
+# the default configuration, under ASan+UBSan and under TSan (the soft-RoCE
+# tests too, in the VM),
 # then ibev as other projects take it: the Bazel consumer workspace, the
 # CMake install with its exports checked, the CMake and make consumers
 # against that prefix, and the Debian packages installed with apt-get, the
@@ -11,7 +12,6 @@ cd "$(dirname "$0")/.."
 
 tools/setup.sh || { echo "tests: setup failed"; exit 1; }
 
-unit_tests=(//tests/core/... //tests/dispatch/... //tests/verbs/... //tests/watch/...)
 passed=0
 failed=0
 status=0
@@ -75,8 +75,10 @@ purge_packages() {
 }
 
 run default //...
-run asan --config=asan "${unit_tests[@]}"
-run tsan --config=tsan "${unit_tests[@]}"
+# The sanitizers over everything, the soft-RoCE suite included: the guest
+# runs the instrumented binaries with ASAN_OPTIONS/UBSAN_OPTIONS/TSAN_OPTIONS.
+run asan --config=asan //...
+run tsan --config=tsan //...
 # A separate workspace that depends on ibev through local_repository.
 pushd examples/consumer-bazel >/dev/null
 run consumer-bazel //...

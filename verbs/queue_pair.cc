@@ -1,5 +1,7 @@
 #include <ibev/verbs/queue_pair.h>
 
+#include <ibev/core/happens_before.h>
+
 #include <cerrno>
 #include <random>
 #include <string>
@@ -71,6 +73,23 @@ void QueuePair::modify(ibv_qp_attr& attr, int mask, const char* step) {
   // ibv_modify_qp returns the errno value itself.
   if (const int rc = ibv_modify_qp(qp_.get(), &attr, mask); rc != 0) {
     detail::throw_verb_error(step, rc);
+  }
+}
+
+void QueuePair::post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
+  detail::release_before_post(parents_.send_cq->get());
+  ibv_send_wr* bad = nullptr;
+  // ibv_post_send returns the errno value itself.
+  if (const int rc = ibv_post_send(qp_.get(), &wr, bad_wr ? bad_wr : &bad); rc != 0) {
+    detail::throw_verb_error("ibv_post_send", rc);
+  }
+}
+
+void QueuePair::post_recv(ibv_recv_wr& wr, ibv_recv_wr** bad_wr) {
+  detail::release_before_post(parents_.recv_cq->get());
+  ibv_recv_wr* bad = nullptr;
+  if (const int rc = ibv_post_recv(qp_.get(), &wr, bad_wr ? bad_wr : &bad); rc != 0) {
+    detail::throw_verb_error("ibv_post_recv", rc);
   }
 }
 

@@ -8,7 +8,9 @@
 // destroying it from inside its own handler does not block. Keeps its
 // protection domain, CQs and SRQ alive.
 //
-// Posting work is plain verbs on get(): ibev is an event layer.
+// Posting work is plain verbs on get(), or post_send()/post_recv(), which
+// add errors as exceptions and ThreadSanitizer's view of the device's
+// happens-before edge.
 #ifndef IBEV_VERBS_QUEUE_PAIR_H_
 #define IBEV_VERBS_QUEUE_PAIR_H_
 
@@ -110,6 +112,15 @@ class QueuePair {
 
   // ibv_modify_qp; throws std::system_error naming `step`.
   void modify(ibv_qp_attr& attr, int mask, const char* step = "ibv_modify_qp");
+
+  // ibv_post_send / ibv_post_recv; throw std::system_error naming the verb
+  // (`bad_wr` tells which request failed, as the verb does). The same as the
+  // plain verbs on get(), and also tell ThreadSanitizer builds that what this
+  // thread wrote before posting happens before the completion handler that
+  // sees the completion: that edge runs through the device, where TSan
+  // cannot see it.
+  void post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr = nullptr);
+  void post_recv(ibv_recv_wr& wr, ibv_recv_wr** bad_wr = nullptr);
 
   // The first PSN this QP sends with (QueuePairOptions::psn).
   std::uint32_t psn() const noexcept { return psn_; }

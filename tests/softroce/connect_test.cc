@@ -22,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
@@ -269,8 +270,11 @@ struct Pingpong {
     wr.wr_id = 2;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    if (ibv_post_recv(qp->get(), &wr, &bad) != 0) ++errors;
+    try {
+      qp->post_recv(wr);  // ibev's post: TSan sees the edge to the handler
+    } catch (const std::system_error&) {
+      ++errors;
+    }
   }
   void post_send() {
     // Before the post: its completion may be handled before ibv_post_send returns.
@@ -285,8 +289,11 @@ struct Pingpong {
     wr.num_sge = 1;
     wr.opcode = IBV_WR_SEND;
     wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    if (ibv_post_send(qp->get(), &wr, &bad) != 0) ++errors;
+    try {
+      qp->post_send(wr);
+    } catch (const std::system_error&) {
+      ++errors;
+    }
   }
   void on_completions(const CompletionBatch& batch) {
     for (const ibv_wc& wc : batch) {

@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE ibev_softroce_loopback
 #include <array>
 #include <boost/test/unit_test.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -79,4 +80,12 @@ BOOST_AUTO_TEST_CASE(rc_pair_exchanges_messages_both_ways) {
   BOOST_TEST(receives == 2);
   BOOST_TEST(std::string(slot(1)) == "pong from b");
   BOOST_TEST(std::string(slot(3)) == "ping from a");
+}
+
+// The harness runs the test where it was asked to, with the environment the
+// test was given (its BUILD env, Bazel's --test_env, sanitizer options).
+BOOST_AUTO_TEST_CASE(the_tests_environment_reaches_it) {
+  const char* probe = std::getenv("SOFTROCE_ENV_PROBE");
+  BOOST_REQUIRE(probe != nullptr);
+  BOOST_TEST(std::string(probe) == "spaces, 'quotes' and $dollars");
 }

@@ -99,16 +99,28 @@ void check(int rc, const char* verb) {
 
 }  // namespace
 
-void post_send(ibv_qp* qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
-  ibv_sge sge = sge_of(mr, slot);
+// One signaled 64-byte send from `slot`; `sge` must outlive the post.
+ibv_send_wr send_wr(ibv_sge& sge, std::uint64_t id) {
   ibv_send_wr wr{};
   wr.wr_id = id;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
+  return wr;
+}
+
+void post_send(ibv_qp* qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
+  ibv_sge sge = sge_of(mr, slot);
+  ibv_send_wr wr = send_wr(sge, id);
   ibv_send_wr* bad = nullptr;
   check(ibv_post_send(qp, &wr, &bad), "ibv_post_send");
+}
+
+void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
+  ibv_sge sge = sge_of(mr, slot);
+  ibv_send_wr wr = send_wr(sge, id);
+  qp.post_send(wr);
 }
 
 // One 64-byte receive into `slot`; `sge` must outlive the post.
@@ -125,6 +137,12 @@ void post_recv(ibv_qp* qp, const MemoryRegion& mr, char* slot, std::uint64_t id)
   ibv_recv_wr wr = recv_wr(sge, id);
   ibv_recv_wr* bad = nullptr;
   check(ibv_post_recv(qp, &wr, &bad), "ibv_post_recv");
+}
+
+void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
+  ibv_sge sge = sge_of(mr, slot);
+  ibv_recv_wr wr = recv_wr(sge, id);
+  qp.post_recv(wr);
 }
 
 void post_srq_recv(SharedReceiveQueue& srq, const MemoryRegion& mr, char* slot,

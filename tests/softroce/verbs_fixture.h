@@ -74,12 +74,9 @@ std::shared_ptr<CompletionQueue> plain_cq(const std::shared_ptr<Device>& device,
 // Posts one 64-byte send from `slot` of `buffer`; signaled, wr_id = `id`.
 void post_send(ibv_qp* qp, const MemoryRegion& mr, char* slot, std::uint64_t id);
 void post_recv(ibv_qp* qp, const MemoryRegion& mr, char* slot, std::uint64_t id);
-inline void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
-  post_send(qp.get(), mr, slot, id);
-}
-inline void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id) {
-  post_recv(qp.get(), mr, slot, id);
-}
+// Through QueuePair::post_send/post_recv, as an application would.
+void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id);
+void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id);
 void post_srq_recv(SharedReceiveQueue& srq, const MemoryRegion& mr, char* slot,
                    std::uint64_t id);
 

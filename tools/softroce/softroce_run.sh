@@ -87,10 +87,14 @@ write_job() {
     echo "set -u"
     echo "export PATH=/usr/sbin:/usr/bin:/sbin:/bin"
     write_device_setup
+    # The test's whole environment (Bazel's test env, --test_env, a test's
+    # env attribute, ASAN_OPTIONS/UBSAN_OPTIONS/TSAN_OPTIONS), but what
+    # describes this shell rather than the test.
     local var
     for var in $(compgen -e); do
       case $var in
-        TEST_*|RUNFILES_*|BOOST_TEST_*|IBEV_*|LANG) printf 'export %s=%q\n' "$var" "${!var}" ;;
+        PATH|PWD|OLDPWD|SHLVL|_|HOSTNAME|TERM|DISPLAY|SSH_*|XDG_*) ;;
+        *) printf 'export %s=%q\n' "$var" "${!var}" ;;
       esac
     done
     printf 'export TEST_TMPDIR=%q\n' "$results/tmp"

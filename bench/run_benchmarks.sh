@@ -173,6 +173,8 @@ object, measured in the same run, takes about 800 B, which is why per-object
 handlers are not a signal per object, while a device's few, long-lived
 listeners are.
 
+$(cat docs/soak.md 2>/dev/null | sed '1s/^# /## /')
+
 ## Raw output
 
 \`\`\`

@@ -296,6 +296,9 @@ int main(int argc, char** argv) {
 
   const auto end = Clock::now() + std::chrono::seconds(seconds);
   auto next_churn = Clock::now() + 1s;
+  // RSS once a minute: a leak climbs, a malloc arena's high-water mark levels.
+  std::string rss_samples = std::to_string(rss_start);
+  auto next_sample = Clock::now() + 60s;
   std::size_t victim = 0;
   while (Clock::now() < end) {
     for (auto& pair : live) {
@@ -311,6 +314,10 @@ int main(int argc, char** argv) {
       if (pair) pair->retire();
       pair = make_pair();
       next_churn = Clock::now() + 1s;
+    }
+    if (Clock::now() >= next_sample) {
+      rss_samples += " " + std::to_string(rss_kib());
+      next_sample += 60s;
     }
     std::this_thread::sleep_for(200us);
   }
@@ -347,6 +354,7 @@ int main(int argc, char** argv) {
   std::printf("rss: %ld KiB after warm-up, %ld KiB at the end, pairs live (%+.2f%%)\n",
               rss_start, rss_end,
               100.0 * static_cast<double>(rss_end - rss_start) / static_cast<double>(rss_start));
+  std::printf("rss each minute (KiB): %s\n", rss_samples.c_str());
   std::printf("fds: %d before any pair, %d after the last was destroyed\n", fds_start,
               fds_end);
   std::printf("dispatcher: %llu completions, %llu errors reported\n",

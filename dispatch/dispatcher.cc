@@ -615,7 +615,10 @@ Dispatcher::~Dispatcher() {
   }
   if (in_dispatcher_thread()) {
     // Destroyed by one of its own handlers: the thread cannot join itself. It
-    // holds the state, finishes the handler, stops and shuts down.
+    // holds the state, finishes the handler, stops and shuts down. The lock:
+    // start() may still be publishing the handle of this very thread (a
+    // handler can run before start() returns).
+    std::lock_guard<std::mutex> lock(control_);
     state_->orphaned = true;
     state_->stop_requested = true;
     state_->wake();

@@ -24,9 +24,9 @@ kernel=$(cat "${IBEV_CACHE:-/var/cache/ibev}/kernel/ready" 2>/dev/null || uname 
   echo "misrouted, the same port/GID events as a raw-verbs watcher, RSS growth"
   echo "under 1 % after the first minute's warm-up, the fd count unchanged."
   echo
-  echo '\`\`\`'
+  echo '```'
   grep -E '^(soak|messages|link|port|handlers|rss|fds|dispatcher)' "$out"
-  echo '\`\`\`'
+  echo '```'
 } >docs/soak.md
 rm -f "$out"
 echo "soak: wrote docs/soak.md"

@@ -8,7 +8,7 @@
 set -euo pipefail
 lib=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
-major=$(sed -n 's/^#define IBEV_VERSION_MAJOR \([0-9]*\)$/\1/p' "$root/version.h")
+major=$("$root/tools/version.sh" --major)
 
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 if [[ $soname != "libibev.so.$major" ]]; then

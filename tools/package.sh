@@ -12,8 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/build/deb}
 [[ $out == /* ]] || out=$(pwd)/$out
-version=$(sed -n 's/^#define IBEV_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' "$root/version.h" |
-  paste -sd.)
+version=$("$root/tools/version.sh")
 major=${version%%.*}
 arch=$(dpkg --print-architecture)
 work=$(mktemp -d)

@@ -118,11 +118,14 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-// Why there is nothing to watch: no RDMA in the kernel at all, or RDMA but
-// no device. rdma-core's device list is empty (ENOSYS) in both cases when
-// /sys/class/infiniband_verbs is missing: the uverbs module is what it reads.
+// rdma-core's device list is empty (ENOSYS) both when there is no device and
+// when the kernel has no RDMA at all; /sys/class/infiniband_verbs, which the
+// uverbs module makes and rdma-core reads, tells the two apart.
+bool kernel_has_rdma() { return access("/sys/class/infiniband_verbs", F_OK) == 0; }
+
+// Why there is nothing to watch: no RDMA in the kernel, or no device.
 void explain_no_device() {
-  if (access("/sys/class/infiniband_verbs", F_OK) != 0) {
+  if (!kernel_has_rdma()) {
     std::fputs(
         "ibev-watch: this kernel has no RDMA support (no /sys/class/infiniband_verbs).\n"
         "  Load the RDMA modules (modprobe ib_uverbs and a driver, e.g. rdma_rxe),\n"
@@ -146,7 +149,7 @@ void explain_open_failure(const std::string& name, const std::system_error& e) {
                  "  Run as root, or as a member of the group that owns "
                  "/dev/infiniband/uverbs*.\n",
                  name.c_str(), e.what());
-  } else if (error == ENODEV && access("/sys/class/infiniband_verbs", F_OK) != 0) {
+  } else if (error == ENODEV && !kernel_has_rdma()) {
     explain_no_device();
   } else if (error == ENODEV) {
     std::fprintf(stderr, "ibev-watch: no RDMA device named %s (%s)\n", name.c_str(),

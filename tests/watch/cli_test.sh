@@ -4,9 +4,9 @@
 # usage, -V), --help and the man page documenting every JSON field the
 # formatter writes, and a clear exit 2 on a kernel without RDMA.
 #
-#   cli_test.sh IBEV_WATCH MAN_PAGE FORMAT_CC VERSION_H
+#   cli_test.sh IBEV_WATCH MAN_PAGE FORMAT_CC VERSION_SH VERSION_H
 set -uo pipefail
-watch=$1 man=$2 format=$3 version_h=$4
+watch=$1 man=$2 format=$3 version_sh=$4 version_h=$5
 passed=0 failed=0
 expect() {  # expect NAME CONDITION...
   local name=$1
@@ -16,7 +16,7 @@ expect() {  # expect NAME CONDITION...
 out=$(mktemp) err=$(mktemp)
 run() { "$watch" "$@" >"$out" 2>"$err"; echo $?; }
 
-version=$(sed -n 's/^#define IBEV_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' "$version_h" | paste -sd.)
+version=$(bash "$version_sh" "$version_h")
 expect "-V exits 0" test "$(run -V)" = 0
 expect "-V prints the version of version.h" grep -qx "ibev-watch (ibev) $version" "$out"
 expect "--version is -V" test "$(run --version)" = 0

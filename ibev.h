@@ -2,7 +2,9 @@
 //
 // ibev gives userspace RDMA code the kernel's event model: objects take their
 // event handlers when they are made (verbs/), a Dispatcher reads every async
-// fd and completion channel and routes through a Registry (dispatch/, core/).
+// fd, completion channel and application fd and routes through the Registry
+// it carries (dispatch/, core/). <ibev/dispatch/asio.h>, for Boost.Asio, is
+// not included here.
 // Each header included here states its own guarantees: thread-safety,
 // lifetime, and which thread runs a handler. Include a single header instead
 // (e.g. <ibev/verbs/queue_pair.h>) to depend on less.
@@ -14,9 +16,13 @@
 #include <ibev/core/event.h>
 #include <ibev/core/event_filter.h>
 #include <ibev/core/event_type.h>
+#include <ibev/core/executor.h>
+#include <ibev/core/failure.h>
+#include <ibev/core/handle.h>
 #include <ibev/core/registry.h>
+#include <ibev/dispatch/completions.h>
 #include <ibev/dispatch/dispatcher.h>
-#include <ibev/dispatch/watch.h>
+#include <ibev/dispatch/worker_thread.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/protection_domain.h>

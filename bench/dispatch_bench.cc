@@ -10,12 +10,12 @@
 
 int main() {
   constexpr int kEvents = 1'000'000;
-  ibev::Registry registry;
-  ibev::Dispatcher dispatcher(registry);
+  ibev::Dispatcher dispatcher;
+  ibev::Registry& registry = dispatcher.registry();
   ibv_context device{};
   ibv_qp qp{};
   std::atomic<int> delivered{0};
-  ibev::Attachment handler = registry.attach(
+  ibev::Handle handler = registry.attach(
       &qp, [&](const ibev::Event&) { delivered.fetch_add(1, std::memory_order_relaxed); });
   dispatcher.start();
   const auto start = std::chrono::steady_clock::now();

@@ -91,7 +91,7 @@ class RouteCase {
 
   ibev::Registry registry_;
   ibv_context device_{};
-  std::vector<ibev::Attachment> held_;
+  std::vector<ibev::Handle> held_;
 };
 
 }  // namespace
@@ -128,7 +128,7 @@ int main() {
   {
     constexpr std::size_t kN = 1'000'000;
     ibev::Registry registry;
-    std::vector<ibev::Attachment> held(kN);
+    std::vector<ibev::Handle> held(kN);
     const std::size_t before = heap_in_use();
     const auto start = Clock::now();
     for (std::size_t i = 0; i < kN; ++i) {

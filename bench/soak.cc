@@ -84,7 +84,7 @@ class Pair {
   Pair(std::uint32_t tag, const std::shared_ptr<ibev::ProtectionDomain>& pd, Totals& totals)
       : tag_(tag), totals_(totals) {
     mr_ = ibev::MemoryRegion::create(pd, buffer_, sizeof buffer_, IBV_ACCESS_LOCAL_WRITE);
-    send_cq_ = ibev::CompletionQueue::create(pd->device(), nullptr, nullptr);
+    send_cq_ = ibev::CompletionQueue::create_polled(pd->device(), nullptr);
     recv_cq_ = ibev::CompletionQueue::create(
         pd->device(), [this](const ibev::CompletionBatch& batch) { on_receive(batch); },
         nullptr);
@@ -181,7 +181,7 @@ class Pair {
   const std::uint32_t tag_;
   Totals& totals_;
   char buffer_[64 * (kDepth + 1)] = {};
-  std::unique_ptr<ibev::MemoryRegion> mr_;
+  std::shared_ptr<ibev::MemoryRegion> mr_;
   std::shared_ptr<ibev::CompletionQueue> send_cq_, recv_cq_;
   std::shared_ptr<ibev::QueuePair> a_, b_;
   int in_flight_ = 0;
@@ -201,9 +201,9 @@ int main(int argc, char** argv) {
   const std::string device_name = env_or("IBEV_TEST_DEVICE", "rxe0");
   const std::string netdev = env_or("IBEV_TEST_NETDEV", "d0");
 
-  ibev::Registry registry;
-  ibev::Dispatcher dispatcher(registry);
-  auto device = ibev::Device::open(dispatcher, registry, device_name);
+  ibev::Dispatcher dispatcher;
+  ibev::Registry& registry = dispatcher.registry();
+  auto device = ibev::Device::open(dispatcher, device_name);
   auto pd = ibev::ProtectionDomain::create(device);
   dispatcher.start();
   Totals totals;
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
   std::vector<int> ibev_seen, raw_seen;
   const ibev::EventFilter port_events{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE,
                                       IBV_EVENT_GID_CHANGE};
-  ibev::Attachment listener = device->on_event(port_events, [&](const ibev::Event& e) {
+  ibev::Handle listener = device->on_event(port_events, [&](const ibev::Event& e) {
     std::lock_guard<std::mutex> lock(seen_mutex);
     ibev_seen.push_back(e.code());
   });
@@ -273,8 +273,8 @@ int main(int argc, char** argv) {
       std::mt19937 random(t);
       ibv_qp fake{};  // an address of its own: never a real QP's
       while (running) {
-        ibev::Attachment a = device->on_event({}, [](const ibev::Event&) {});
-        ibev::Attachment b = registry.attach(&fake, [](const ibev::Event&) {});
+        ibev::Handle a = device->on_event({}, [](const ibev::Event&) {});
+        ibev::Handle b = registry.attach(&fake, [](const ibev::Event&) {});
         std::this_thread::sleep_for(std::chrono::microseconds(random() % 2000));
         ++totals.handler_churn;
       }
@@ -363,9 +363,9 @@ int main(int argc, char** argv) {
   std::printf("rss each minute (KiB): %s\n", rss_samples.c_str());
   std::printf("fds: %d before any pair, %d after the last was destroyed\n", fds_start,
               fds_end);
-  std::printf("dispatcher: %llu completions, %llu errors reported\n",
+  std::printf("dispatcher: %llu completions, %llu failures reported\n",
               static_cast<unsigned long long>(dispatcher.stats().work_completions),
-              static_cast<unsigned long long>(dispatcher.stats().errors));
+              static_cast<unsigned long long>(dispatcher.stats().failures));
   const bool ok = totals.lost == 0 && totals.misrouted == 0 && events_agree;
   std::printf("soak: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;

@@ -126,13 +126,19 @@ void check(int rc, const char* verb) {
   }
 }
 
+ibev::Dispatcher::Options options_with_batch(unsigned batch) {
+  ibev::Dispatcher::Options options;
+  options.batch = batch;
+  return options;
+}
+
 // One side of a connection: device, PD, an MR, a QP whose receive CQ has the
 // given completion handler (and options), and a plain send CQ.
 struct Side {
   Side(const Args& args, ibev::CompletionHandler on_receive,
        ibev::CompletionOptions options)
-      : dispatcher(registry, ibev::Dispatcher::Options{args.batch, {}}),
-        device(ibev::Device::open(dispatcher, registry, args.device)),
+      : dispatcher(options_with_batch(args.batch)),
+        device(ibev::Device::open(dispatcher, args.device)),
         pd(ibev::ProtectionDomain::create(device)),
         mr(ibev::MemoryRegion::create(pd, buffer.data(), buffer.size(),
                                       IBV_ACCESS_LOCAL_WRITE)) {
@@ -140,7 +146,7 @@ struct Side {
     send_options.cqe = 1024;
     recv_options.cqe = 1024;
     recv_options.completion = options;
-    send_cq = ibev::CompletionQueue::create(device, nullptr, nullptr, send_options);
+    send_cq = ibev::CompletionQueue::create_polled(device, nullptr, send_options);
     recv_cq = ibev::CompletionQueue::create(device, std::move(on_receive), nullptr,
                                             recv_options);
     ibev::QueuePair::Options qp_options;
@@ -189,12 +195,11 @@ struct Side {
     }
   }
 
-  ibev::Registry registry;
   ibev::Dispatcher dispatcher;
   std::array<char, 4096> buffer{};
   std::shared_ptr<ibev::Device> device;
   std::shared_ptr<ibev::ProtectionDomain> pd;
-  std::unique_ptr<ibev::MemoryRegion> mr;
+  std::shared_ptr<ibev::MemoryRegion> mr;
   std::shared_ptr<ibev::CompletionQueue> send_cq, recv_cq;
   std::shared_ptr<ibev::QueuePair> qp;
   unsigned sends = 0;
@@ -223,7 +228,10 @@ void read_all(int fd, void* data, std::size_t size) {
 ibev::CompletionOptions options_for(const Args& args) {
   ibev::CompletionOptions options;
   options.ack_batch = args.ack_batch;
-  if (args.mode == "adaptive") options.poll_budget = std::chrono::microseconds(args.budget_us);
+  if (args.mode == "adaptive") {
+    options.mode = ibev::CompletionMode::kAdaptive;
+    options.poll_budget = std::chrono::microseconds(args.budget_us);
+  }
   return options;
 }
 
@@ -414,14 +422,13 @@ bool set_link(const std::string& netdev, bool up) {
 
 // From the ioctl that takes the netdev down to the PORT_ERR handler's call.
 int link_down(const Args& args) {
-  ibev::Registry registry;
-  ibev::Dispatcher dispatcher(registry);
-  auto device = ibev::Device::open(dispatcher, registry, args.device);
+  ibev::Dispatcher dispatcher;
+  auto device = ibev::Device::open(dispatcher, args.device);
   std::mutex mutex;
   std::condition_variable cv;
   Clock::time_point heard_at;
   int heard = 0;
-  ibev::Attachment listener = device->on_event(
+  ibev::Handle listener = device->on_event(
       ibev::EventFilter{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE}, [&](const ibev::Event&) {
         std::lock_guard<std::mutex> lock(mutex);
         heard_at = Clock::now();

@@ -1,7 +1,14 @@
+// The Registry composes object handlers (core/object_handlers.h) and device
+// listeners (core/device_listeners.h); this file routes between them and is
+// the one place failures are counted and handed to the sink.
+//
+// Locking: each shard of ObjectHandlers has its own mutex, taken only around
+// a table lookup or update; `devices_mutex` guards the map of DeviceStates,
+// whose listener signals lock themselves. No lock is held while a handler
+// runs, so handlers may subscribe, release and deliver.
 #include <ibev/core/registry.h>
 
-#include <atomic>
-#include <boost/signals2/signal.hpp>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <shared_mutex>
@@ -10,73 +17,15 @@
 #include <unordered_map>
 #include <utility>
 
-#include <ibev/core/call_guard.h>
+#include <ibev/core/device_listeners.h>
+#include <ibev/core/object_handlers.h>
+#include <ibev/core/subscriber.h>
 
 namespace ibev {
 namespace detail {
-namespace {
-
-struct AtomicCounts {
-  std::atomic<std::uint64_t> delivered{0};
-  std::atomic<std::uint64_t> unclaimed{0};
-  std::atomic<std::uint64_t> handler_failures{0};
-};
-
-std::size_t bucket_of(int code) noexcept {
-  return code >= 0 && code < CounterSnapshot::kTrackedCodes
-             ? static_cast<std::size_t>(code)
-             : static_cast<std::size_t>(CounterSnapshot::kTrackedCodes);
-}
-
-// Signals2 combiner: how many slots actually ran their handler.
-struct CountRan {
-  using result_type = std::size_t;
-  template <typename Iterator>
-  std::size_t operator()(Iterator first, Iterator last) const {
-    std::size_t ran = 0;
-    for (; first != last; ++first) ran += *first ? 1 : 0;
-    return ran;
-  }
-};
-
-}  // namespace
-
-class Reporter;
-
-struct ObjectSlot {
-  ObjectSlot(Handler h, EventFilter f) : handler(std::move(h)), filter(f) {}
-  CallGuard guard;
-  Handler handler;
-  EventFilter filter;
-};
-
-using SlotList = std::vector<std::shared_ptr<ObjectSlot>>;
-
-struct DeviceState {
-  // The device's event_handler_list. A listener hears an event only when it
-  // was connected before the event was resolved: `epoch` numbers listeners.
-  boost::signals2::signal<bool(const Event&, std::uint64_t, Reporter&),
-                          CountRan>
-      listeners;
-  std::atomic<std::uint64_t> epoch{0};
-  std::array<AtomicCounts, CounterSnapshot::kTrackedCodes + 1> counts;
-
-  AtomicCounts& counts_for(int code) noexcept { return counts[bucket_of(code)]; }
-};
 
 struct RegistryState {
-  // Objects are spread over shards so that routing from many threads and
-  // attaching from many others rarely meet on one mutex.
-  struct Shard {
-    std::mutex mutex;
-    ObjectTable<HandlerSet> objects;
-  };
-  static constexpr std::size_t kShards = 64;
-
-  Shard& shard_for(const ObjectKey& key) noexcept {
-    const auto bits = reinterpret_cast<std::uintptr_t>(key.address) >> 4;
-    return shards[(bits * 0x9E3779B97F4A7C15ull) >> 58];
-  }
+  explicit RegistryState(FailureSink s) : sink(std::move(s)) {}
 
   std::shared_ptr<DeviceState> device(ibv_context* context) {
     {
@@ -90,154 +39,95 @@ struct RegistryState {
     return state;
   }
 
-  void remove_object(const ObjectKey& key, const CallGuard* guard) {
-    Shard& shard = shard_for(key);
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    HandlerSet* set = shard.objects.find(key);
-    if (set == nullptr) return;
-    if (set->only) {
-      if (&set->only->guard == guard) shard.objects.erase(key);
-      return;
+  void report(const Failure& failure) noexcept {
+    try {
+      if (failure.device != nullptr) {
+        DeviceState& state = *device(failure.device);
+        state.failures.fetch_add(1, std::memory_order_relaxed);
+        if (failure.kind == Failure::Kind::kHandlerThrew) {
+          if (failure.event_code) {
+            state.counts_for(*failure.event_code)
+                .handler_failures.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            state.completion_handler_failures.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      }
+      if (sink) {
+        sink(failure);
+        return;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ibev: the failure sink threw (%s) on: ", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "ibev: the failure sink threw on: ");
     }
-    SlotList rest;
-    for (const auto& slot : *set->several) {
-      if (&slot->guard != guard) rest.push_back(slot);
-    }
-    if (rest.size() == 1) {
-      *set = HandlerSet{rest.front(), nullptr};
-    } else {
-      set->several = std::make_shared<const SlotList>(std::move(rest));
+    try {
+      std::fprintf(stderr, "ibev: %s\n", describe(failure).c_str());
+    } catch (...) {
     }
   }
 
-  static_assert((kShards & (kShards - 1)) == 0 && kShards == 64,
-                "shard_for() takes the top 6 bits of the hash");
-  std::array<Shard, kShards> shards;
-
+  const FailureSink sink;
+  ObjectHandlers objects;
   std::shared_mutex devices_mutex;
   std::unordered_map<ibv_context*, std::shared_ptr<DeviceState>> devices;
-
-  boost::signals2::signal<bool(const Event&, Reporter&), CountRan> unclaimed;
-  boost::signals2::signal<void(const Event&, std::string_view, DeviceState&)>
-      failures;
-};
-
-// Counts a handler's exception and tells the failure observers.
-class Reporter {
- public:
-  Reporter(RegistryState& registry, DeviceState& device) noexcept
-      : registry_(registry), device_(device) {}
-
-  void handler_failed(const Event& event, std::string_view what) noexcept {
-    device_.counts_for(event.code()).handler_failures.fetch_add(
-        1, std::memory_order_relaxed);
-    try {
-      registry_.failures(event, what, device_);
-    } catch (...) {
-      // Observers are called guarded; only the signal's own allocation can
-      // throw here, and the failure is already counted.
-    }
-  }
-
- private:
-  RegistryState& registry_;
-  DeviceState& device_;
+  boost::signals2::signal<bool(const Event&, const std::shared_ptr<RegistryState>&),
+                          CountRan>
+      unclaimed;
 };
 
 namespace {
 
-// Runs `call` unless the guard is closed; returns whether it ran. An exception
-// is handed to `on_throw` with its text, never propagated.
-template <typename Call, typename OnThrow>
-bool run_guarded(CallGuard& guard, Call&& call, OnThrow&& on_throw) noexcept {
-  if (!guard.try_enter()) return false;
+// Runs the handler unless released; returns whether it ran.
+bool call(Subscriber& subscriber, const Event& event,
+          const std::shared_ptr<RegistryState>& registry) noexcept {
+  if (!subscriber.guard.try_enter()) return false;
+  const auto failed = [&](std::string what) {
+    if (!registry) return;
+    Failure failure = Failure::handler_threw("event handler", std::move(what));
+    failure.device = event.device();
+    failure.object = event.object();
+    failure.event_code = event.code();
+    registry->report(failure);
+  };
   try {
-    call();
+    subscriber.handler(event);
   } catch (const std::exception& e) {
-    on_throw(std::string_view(e.what()));
+    failed(e.what());
   } catch (...) {
-    on_throw(std::string_view("an exception not derived from std::exception"));
+    failed("an exception not derived from std::exception");
   }
-  guard.leave();
+  subscriber.guard.leave();
   return true;
 }
 
-template <typename Fn>
-struct GuardedSlot {
-  explicit GuardedSlot(Fn f) : fn(std::move(f)) {}
-  CallGuard guard;
-  Fn fn;
-};
-
-struct ListenerSlot {
-  ListenerSlot(Handler h, EventFilter f) : handler(std::move(h)), filter(f) {}
-  CallGuard guard;
-  Handler handler;
-  EventFilter filter;
-  std::uint64_t epoch = 0;
-};
-
 }  // namespace
+
+bool notify(const std::shared_ptr<Subscriber>& subscriber, const Event& event,
+            const std::shared_ptr<RegistryState>& registry) noexcept {
+  if (!subscriber->filter.matches(event) || subscriber->guard.closed()) return false;
+  if (!subscriber->executor) return call(*subscriber, event, registry);
+  try {
+    subscriber->executor([subscriber, event,
+                          weak = std::weak_ptr<RegistryState>(registry)]() noexcept {
+      call(*subscriber, event, weak.lock());
+    });
+  } catch (const std::exception& e) {
+    Failure failure = Failure::handler_threw(
+        "executor", std::string("the executor refused the handler's task: ") + e.what());
+    failure.device = event.device();
+    failure.object = event.object();
+    failure.event_code = event.code();
+    registry->report(failure);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace detail
 
-using detail::CallGuard;
 using detail::ObjectKey;
-
-// ---------------------------------------------------------------- Attachment
-
-Attachment::Attachment() noexcept = default;
-
-Attachment::Attachment(std::shared_ptr<CallGuard> guard,
-                       std::weak_ptr<detail::RegistryState> registry,
-                       ObjectKey key,
-                       boost::signals2::connection connection) noexcept
-    : guard_(std::move(guard)),
-      registry_(std::move(registry)),
-      key_(key),
-      connection_(connection) {}
-
-Attachment::Attachment(Attachment&& other) noexcept
-    : guard_(std::move(other.guard_)),
-      registry_(std::move(other.registry_)),
-      key_(std::exchange(other.key_, {nullptr, ElementKind::kDevice})),
-      connection_(std::move(other.connection_)) {}
-
-Attachment& Attachment::operator=(Attachment&& other) noexcept {
-  if (this != &other) {
-    release();
-    guard_ = std::move(other.guard_);
-    registry_ = std::move(other.registry_);
-    key_ = std::exchange(other.key_, {nullptr, ElementKind::kDevice});
-    connection_ = std::move(other.connection_);
-  }
-  return *this;
-}
-
-Attachment::~Attachment() { release(); }
-
-bool Attachment::attached() const noexcept {
-  return guard_ != nullptr && !guard_->closed();
-}
-
-void Attachment::release() noexcept {
-  if (!guard_) return;
-  guard_->close();
-  connection_.disconnect();
-  if (key_.address != nullptr) {
-    if (auto registry = registry_.lock()) {
-      try {
-        registry->remove_object(key_, guard_.get());
-      } catch (...) {
-        // Only allocation can fail here. The handler is closed already, so it
-        // will not run; the stale entry goes with the next attach or release.
-      }
-    }
-  }
-  guard_->wait_idle();
-  guard_.reset();
-  registry_.reset();
-  key_ = {nullptr, ElementKind::kDevice};
-}
 
 // ------------------------------------------------------------------ Delivery
 
@@ -272,36 +162,67 @@ void require_handler(const char* verb, bool present) {
   }
 }
 
+// The release of one subscription: no new call starts, the subscription
+// leaves its list (`unlink`), and calls in progress on other threads finish.
+Handle subscription_handle(std::shared_ptr<detail::Subscriber> subscriber,
+                           std::function<void()> unlink) {
+  return Handle([subscriber = std::move(subscriber), unlink = std::move(unlink)]() noexcept {
+    subscriber->guard.close();
+    try {
+      unlink();
+    } catch (...) {
+      // Only allocation can fail there. The handler is closed already, so it
+      // will not run; the stale entry goes with the next change of the list.
+    }
+    subscriber->guard.wait_idle();
+  });
+}
+
 }  // namespace
 
-Registry::Registry() : state_(std::make_shared<detail::RegistryState>()) {}
+Registry::Registry(FailureSink sink)
+    : state_(std::make_shared<detail::RegistryState>(std::move(sink))) {}
 
 Registry::~Registry() = default;
 
-Attachment Registry::attach(ibv_cq* cq, Handler handler, EventFilter filter) {
-  return attach_object("Registry::attach(ibv_cq*)", {cq, ElementKind::kCq},
-                       std::move(handler), filter);
+Handle Registry::attach(ibv_cq* cq, Handler handler) {
+  return attach(cq, EventFilter{}, std::move(handler));
+}
+Handle Registry::attach(ibv_qp* qp, Handler handler) {
+  return attach(qp, EventFilter{}, std::move(handler));
+}
+Handle Registry::attach(ibv_srq* srq, Handler handler) {
+  return attach(srq, EventFilter{}, std::move(handler));
+}
+Handle Registry::attach(ibv_wq* wq, Handler handler) {
+  return attach(wq, EventFilter{}, std::move(handler));
 }
 
-Attachment Registry::attach(ibv_qp* qp, Handler handler, EventFilter filter) {
-  return attach_object("Registry::attach(ibv_qp*)", {qp, ElementKind::kQp},
-                       std::move(handler), filter);
+Handle Registry::attach(ibv_cq* cq, EventFilter filter, Handler handler,
+                        Executor executor) {
+  return attach_object("Registry::attach(ibv_cq*)", cq, ElementKind::kCq,
+                       std::move(filter), std::move(handler), std::move(executor));
+}
+Handle Registry::attach(ibv_qp* qp, EventFilter filter, Handler handler,
+                        Executor executor) {
+  return attach_object("Registry::attach(ibv_qp*)", qp, ElementKind::kQp,
+                       std::move(filter), std::move(handler), std::move(executor));
+}
+Handle Registry::attach(ibv_srq* srq, EventFilter filter, Handler handler,
+                        Executor executor) {
+  return attach_object("Registry::attach(ibv_srq*)", srq, ElementKind::kSrq,
+                       std::move(filter), std::move(handler), std::move(executor));
+}
+Handle Registry::attach(ibv_wq* wq, EventFilter filter, Handler handler,
+                        Executor executor) {
+  return attach_object("Registry::attach(ibv_wq*)", wq, ElementKind::kWq,
+                       std::move(filter), std::move(handler), std::move(executor));
 }
 
-Attachment Registry::attach(ibv_srq* srq, Handler handler,
-                            EventFilter filter) {
-  return attach_object("Registry::attach(ibv_srq*)", {srq, ElementKind::kSrq},
-                       std::move(handler), filter);
-}
-
-Attachment Registry::attach(ibv_wq* wq, Handler handler, EventFilter filter) {
-  return attach_object("Registry::attach(ibv_wq*)", {wq, ElementKind::kWq},
-                       std::move(handler), filter);
-}
-
-Attachment Registry::attach_object(const char* verb, ObjectKey key,
-                                   Handler handler, EventFilter filter) {
-  if (key.address == nullptr) {
+Handle Registry::attach_object(const char* verb, const void* object, ElementKind kind,
+                               EventFilter filter, Handler handler,
+                               Executor executor) {
+  if (object == nullptr) {
     throw std::invalid_argument(std::string(verb) + ": the object is null");
   }
   require_handler(verb, static_cast<bool>(handler));
@@ -311,39 +232,30 @@ Attachment Registry::attach_object(const char* verb, ObjectKey key,
         "handler; object events carry no port");
   }
   for (int code : filter.types()) {
-    if (element_of(code) != key.kind) {
+    if (element_of(code) != kind) {
       throw std::invalid_argument(
           std::string(verb) + ": " + describe_event_code(code) + " is a " +
           std::string(to_string(element_of(code))) +
-          " event and never reaches a " + std::string(to_string(key.kind)) +
-          " handler");
+          " event and never reaches a " + std::string(to_string(kind)) + " handler");
     }
   }
-
-  auto slot = std::make_shared<detail::ObjectSlot>(std::move(handler), filter);
-  auto& shard = state_->shard_for(key);
-  {
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    detail::HandlerSet& set = shard.objects[key];
-    if (!set.only && !set.several) {
-      set.only = slot;
-    } else {
-      detail::SlotList next;
-      if (set.only) {
-        next.push_back(std::move(set.only));
-      } else {
-        next = *set.several;
-      }
-      next.push_back(slot);
-      set.several = std::make_shared<const detail::SlotList>(std::move(next));
-    }
-  }
-  return Attachment(std::shared_ptr<CallGuard>(slot, &slot->guard), state_,
-                    key, {});
+  const ObjectKey key{object, kind};
+  auto subscriber = std::make_shared<detail::Subscriber>(
+      std::move(handler), std::move(filter), std::move(executor));
+  state_->objects.add(key, subscriber);
+  const detail::Subscriber* raw = subscriber.get();
+  return subscription_handle(
+      std::move(subscriber), [weak = std::weak_ptr<detail::RegistryState>(state_), key, raw] {
+        if (auto state = weak.lock()) state->objects.remove(key, raw);
+      });
 }
 
-Attachment Registry::listen(ibv_context* device, Handler handler,
-                            EventFilter filter) {
+Handle Registry::listen(ibv_context* device, Handler handler) {
+  return listen(device, EventFilter{}, std::move(handler));
+}
+
+Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler,
+                        Executor executor) {
   if (device == nullptr) {
     throw std::invalid_argument("Registry::listen: the device is null");
   }
@@ -356,56 +268,24 @@ Attachment Registry::listen(ibv_context* device, Handler handler,
           " event; it reaches only that object's handlers (attach one)");
     }
   }
-
-  std::shared_ptr<detail::DeviceState> state = state_->device(device);
-  auto slot = std::make_shared<detail::ListenerSlot>(std::move(handler), filter);
-  slot->epoch = state->epoch.fetch_add(1) + 1;
-  auto connection = state->listeners.connect(
-      [slot](const Event& event, std::uint64_t resolved_epoch,
-             detail::Reporter& reporter) {
-        if (slot->epoch > resolved_epoch || !slot->filter.matches(event)) {
-          return false;
-        }
-        return detail::run_guarded(
-            slot->guard, [&] { slot->handler(event); },
-            [&](std::string_view what) { reporter.handler_failed(event, what); });
-      });
-  return Attachment(std::shared_ptr<CallGuard>(slot, &slot->guard), state_,
-                    {nullptr, ElementKind::kDevice}, connection);
+  auto subscriber = std::make_shared<detail::Subscriber>(
+      std::move(handler), std::move(filter), std::move(executor));
+  boost::signals2::connection connection = state_->device(device)->connect(subscriber);
+  return subscription_handle(std::move(subscriber),
+                             [connection]() mutable { connection.disconnect(); });
 }
 
-Attachment Registry::on_unclaimed(Handler observer) {
+Handle Registry::on_unclaimed(Handler observer) {
   require_handler("Registry::on_unclaimed", static_cast<bool>(observer));
-  auto slot =
-      std::make_shared<detail::GuardedSlot<Handler>>(std::move(observer));
-  auto connection = state_->unclaimed.connect(
-      [slot](const Event& event, detail::Reporter& reporter) {
-        return detail::run_guarded(
-            slot->guard, [&] { slot->fn(event); },
-            [&](std::string_view what) { reporter.handler_failed(event, what); });
+  auto subscriber =
+      std::make_shared<detail::Subscriber>(std::move(observer), EventFilter{}, Executor{});
+  boost::signals2::connection connection = state_->unclaimed.connect(
+      [subscriber](const Event& event,
+                   const std::shared_ptr<detail::RegistryState>& registry) {
+        return detail::notify(subscriber, event, registry);
       });
-  return Attachment(std::shared_ptr<CallGuard>(slot, &slot->guard), state_,
-                    {nullptr, ElementKind::kDevice}, connection);
-}
-
-Attachment Registry::on_handler_failure(FailureHandler observer) {
-  require_handler("Registry::on_handler_failure", static_cast<bool>(observer));
-  auto slot = std::make_shared<detail::GuardedSlot<FailureHandler>>(
-      std::move(observer));
-  auto connection = state_->failures.connect(
-      [slot](const Event& event, std::string_view what,
-             detail::DeviceState& device) {
-        // A failure observer that throws is counted, not reported again:
-        // reporting it would call the same observer.
-        detail::run_guarded(
-            slot->guard, [&] { slot->fn(event, what); },
-            [&](std::string_view) {
-              device.counts_for(event.code()).handler_failures.fetch_add(
-                  1, std::memory_order_relaxed);
-            });
-      });
-  return Attachment(std::shared_ptr<CallGuard>(slot, &slot->guard), state_,
-                    {nullptr, ElementKind::kDevice}, connection);
+  return subscription_handle(std::move(subscriber),
+                             [connection]() mutable { connection.disconnect(); });
 }
 
 Delivery Registry::resolve(const Event& event) const {
@@ -415,53 +295,44 @@ Delivery Registry::resolve(const Event& event) const {
   Delivery delivery(event);
   delivery.device_ = state_->device(event.device());
   if (is_object(event.element_kind())) {
-    const ObjectKey key{event.object(), event.element_kind()};
-    auto& shard = state_->shard_for(key);
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    if (const detail::HandlerSet* set = shard.objects.find(key)) {
-      delivery.object_handlers_ = *set;
-    }
+    detail::HandlerSet set = state_->objects.find({event.object(), event.element_kind()});
+    delivery.only_ = std::move(set.only);
+    delivery.several_ = std::move(set.several);
   } else {
-    delivery.listener_epoch_ = delivery.device_->epoch.load();
+    delivery.listener_epoch_ = delivery.device_->current_epoch();
   }
   return delivery;
 }
 
 std::size_t Registry::deliver(const Delivery& delivery) {
   if (!delivery.device_) {
-    throw std::invalid_argument(
-        "Registry::deliver: the Delivery was moved from");
+    throw std::invalid_argument("Registry::deliver: the Delivery was moved from");
   }
   const Event& event = delivery.event_;
   detail::DeviceState& device = *delivery.device_;
-  detail::Reporter reporter(*state_, device);
-
-  auto run = [&](detail::ObjectSlot& slot) -> std::size_t {
-    if (!slot.filter.matches(event)) return 0;
-    return detail::run_guarded(
-        slot.guard, [&] { slot.handler(event); },
-        [&](std::string_view what) { reporter.handler_failed(event, what); });
-  };
-
+  // A handler may destroy this Registry: from here on only `state` is used.
+  const std::shared_ptr<detail::RegistryState> state = state_;
   std::size_t ran = 0;
-  const detail::HandlerSet& handlers = delivery.object_handlers_;
-  if (handlers.only) {
-    ran = run(*handlers.only);
-  } else if (handlers.several) {
-    for (const auto& slot : *handlers.several) ran += run(*slot);
+  if (delivery.only_) {
+    ran = detail::notify(delivery.only_, event, state) ? 1 : 0;
+  } else if (delivery.several_) {
+    for (const auto& subscriber : *delivery.several_) {
+      ran += detail::notify(subscriber, event, state) ? 1 : 0;
+    }
   } else if (!is_object(event.element_kind())) {
-    ran = device.listeners(event, delivery.listener_epoch_, reporter);
+    ran = device.notify(event, delivery.listener_epoch_, state);
   }
-
   auto& counts = device.counts_for(event.code());
   if (ran > 0) {
     counts.delivered.fetch_add(1, std::memory_order_relaxed);
   } else {
     counts.unclaimed.fetch_add(1, std::memory_order_relaxed);
-    state_->unclaimed(event, reporter);
+    state->unclaimed(event, state);
   }
   return ran;
 }
+
+void Registry::report(const Failure& failure) noexcept { state_->report(failure); }
 
 CounterSnapshot Registry::counters(ibv_context* device) const {
   CounterSnapshot snapshot;
@@ -473,11 +344,12 @@ CounterSnapshot Registry::counters(ibv_context* device) const {
     state = it->second;
   }
   for (std::size_t i = 0; i < state->counts.size(); ++i) {
-    snapshot.counts_[i] = {
-        state->counts[i].delivered.load(std::memory_order_relaxed),
-        state->counts[i].unclaimed.load(std::memory_order_relaxed),
-        state->counts[i].handler_failures.load(std::memory_order_relaxed)};
+    snapshot.counts_[i] = {state->counts[i].delivered.load(std::memory_order_relaxed),
+                           state->counts[i].unclaimed.load(std::memory_order_relaxed),
+                           state->counts[i].handler_failures.load(std::memory_order_relaxed)};
   }
+  snapshot.completion_handler_failures_ = state->completion_handler_failures.load();
+  snapshot.failures_ = state->failures.load();
   return snapshot;
 }
 

@@ -13,83 +13,47 @@
 // calls them, later. A dispatcher resolves, then acks the event to rdma-core
 // (after which the object may be destroyed and its address reused), then
 // delivers: an event resolved for address A reaches only handlers that were
-// attached to A when it was resolved, never a newer object's.
+// attached to A when it was resolved, never a newer object's; a listener
+// added after the resolve does not hear it.
 //
+// Where handlers run: on the thread that calls deliver() (in ibev, the
+// Dispatcher's), one event at a time per deliver() call, unless the
+// subscription names an Executor (core/executor.h): then deliver() hands the
+// call to it. Handlers may subscribe, release (even their own Handle) and
+// deliver. A handler that throws becomes a Failure (core/failure.h) for the
+// sink, counted per device and code; delivery goes on.
+//
+// Every subscription returns a Handle (core/handle.h) with its wait rule.
 // Thread safety: every member may be called from any thread, concurrently.
-// Handlers run on the thread that calls deliver() (in ibev, the Dispatcher's),
-// one event at a time per deliver() call; they may attach, release (even their
-// own Attachment) and deliver. A handler that throws is reported to the
-// on_handler_failure() observers and counted; delivery goes on.
-//
-// Lifetime: releasing an Attachment (or destroying it) on a thread that is not
-// running its handler returns only when the handler is not running and never
-// will again. From inside the handler itself it returns at once, and the
-// handler is not called again. Attachments may outlive the Registry; nothing
-// else may be in use (a call in progress on another thread) when it is
-// destroyed.
+// A Dispatcher owns the Registry it routes to (Dispatcher::registry()); a
+// Registry of one's own is for code that reads events some other way.
 #ifndef IBEV_CORE_REGISTRY_H_
 #define IBEV_CORE_REGISTRY_H_
 
 #include <infiniband/verbs.h>
 
 #include <array>
-#include <boost/signals2/connection.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include <ibev/core/event.h>
 #include <ibev/core/event_filter.h>
-#include <ibev/core/object_table.h>
+#include <ibev/core/executor.h>
+#include <ibev/core/failure.h>
+#include <ibev/core/handle.h>
 
 namespace ibev {
 
 using Handler = std::function<void(const Event&)>;
-// Called with the event and the exception's what() when a handler throws.
-using FailureHandler = std::function<void(const Event&, std::string_view)>;
 
 namespace detail {
-class CallGuard;
+struct Subscriber;
 struct DeviceState;
-struct ObjectSlot;
 struct RegistryState;
-
-// An object's handlers, immutable once published (resolve() copies it; attach
-// and release publish a new one). One handler, by far the common case, is held
-// without a list: routing then touches one allocation, not three.
-struct HandlerSet {
-  std::shared_ptr<ObjectSlot> only;
-  std::shared_ptr<const std::vector<std::shared_ptr<ObjectSlot>>> several;
-};
 }  // namespace detail
-
-// Owns one handler's place in a Registry. Move-only; destroying or releasing
-// it detaches the handler (see the header comment for the wait rule).
-class [[nodiscard]] Attachment {
- public:
-  Attachment() noexcept;
-  Attachment(Attachment&& other) noexcept;
-  Attachment& operator=(Attachment&& other) noexcept;
-  ~Attachment();
-
-  void release() noexcept;
-  bool attached() const noexcept;
-
- private:
-  friend class Registry;
-  Attachment(std::shared_ptr<detail::CallGuard> guard,
-             std::weak_ptr<detail::RegistryState> registry,
-             detail::ObjectKey key,
-             boost::signals2::connection connection) noexcept;
-
-  std::shared_ptr<detail::CallGuard> guard_;
-  std::weak_ptr<detail::RegistryState> registry_;
-  detail::ObjectKey key_{nullptr, ElementKind::kDevice};  // object handlers
-  boost::signals2::scoped_connection connection_;         // signal slots
-};
 
 // The result of Registry::resolve(): the event and who will hear it.
 // Move-only and cheap; hand it to Registry::deliver() on any thread.
@@ -106,7 +70,10 @@ class Delivery {
   explicit Delivery(const Event& event) noexcept;
 
   Event event_;
-  detail::HandlerSet object_handlers_;
+  // The object's handlers as resolved: one without a list (by far the common
+  // case, one allocation touched), or several.
+  std::shared_ptr<detail::Subscriber> only_;
+  std::shared_ptr<const std::vector<std::shared_ptr<detail::Subscriber>>> several_;
   std::shared_ptr<detail::DeviceState> device_;
   std::uint64_t listener_epoch_ = 0;
 };
@@ -127,54 +94,68 @@ class CounterSnapshot {
 
   EventCounts for_code(int code) const noexcept;
   EventCounts total() const noexcept;
+  // Completion handlers of the device's CQs that threw.
+  std::uint64_t completion_handler_failures() const noexcept {
+    return completion_handler_failures_;
+  }
+  // Every Failure reported for the device, of any kind.
+  std::uint64_t failures() const noexcept { return failures_; }
 
  private:
   friend class Registry;
   std::array<EventCounts, kTrackedCodes + 1> counts_{};
+  std::uint64_t completion_handler_failures_ = 0;
+  std::uint64_t failures_ = 0;
 };
 
 class Registry {
  public:
-  Registry();
+  // `sink` receives every Failure reported here; empty: written to stderr.
+  explicit Registry(FailureSink sink = {});
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  // Per-object handlers. `filter` may narrow to some of the object's event
-  // types (no port). Throws std::invalid_argument for a null object, an empty
-  // handler, or a filter naming another kind's events or a port.
-  [[nodiscard]] Attachment attach(ibv_cq* cq, Handler handler,
-                                  EventFilter filter = {});
-  [[nodiscard]] Attachment attach(ibv_qp* qp, Handler handler,
-                                  EventFilter filter = {});
-  [[nodiscard]] Attachment attach(ibv_srq* srq, Handler handler,
-                                  EventFilter filter = {});
-  [[nodiscard]] Attachment attach(ibv_wq* wq, Handler handler,
-                                  EventFilter filter = {});
+  // An object's handler, as the event_handler of ib_create_cq/qp/srq/wq.
+  // `filter` may narrow to some of the object's event types (no port).
+  // Throws std::invalid_argument for a null object, an empty handler, or a
+  // filter naming another kind's events or a port.
+  Handle attach(ibv_cq* cq, Handler handler);
+  Handle attach(ibv_qp* qp, Handler handler);
+  Handle attach(ibv_srq* srq, Handler handler);
+  Handle attach(ibv_wq* wq, Handler handler);
+  Handle attach(ibv_cq* cq, EventFilter filter, Handler handler, Executor executor = {});
+  Handle attach(ibv_qp* qp, EventFilter filter, Handler handler, Executor executor = {});
+  Handle attach(ibv_srq* srq, EventFilter filter, Handler handler,
+                Executor executor = {});
+  Handle attach(ibv_wq* wq, EventFilter filter, Handler handler, Executor executor = {});
 
   // A device-wide listener, as ib_register_event_handler: every port and
   // device event of `device` (unknown codes included), or those `filter`
   // selects. Throws std::invalid_argument for a null device, an empty handler
   // or a filter naming object events.
-  [[nodiscard]] Attachment listen(ibv_context* device, Handler handler,
-                                  EventFilter filter = {});
+  Handle listen(ibv_context* device, Handler handler);
+  Handle listen(ibv_context* device, EventFilter filter, Handler handler,
+                Executor executor = {});
 
-  // Observers: events no handler took, and handlers that threw. They run on
-  // the delivering thread, like handlers, and follow the same release rule.
-  [[nodiscard]] Attachment on_unclaimed(Handler observer);
-  [[nodiscard]] Attachment on_handler_failure(FailureHandler observer);
+  // Events no handler took. Runs on the delivering thread, like handlers.
+  Handle on_unclaimed(Handler observer);
 
   // Throws std::invalid_argument for an event with no device.
   Delivery resolve(const Event& event) const;
-  // Calls the handlers resolved; returns how many ran.
+  // Calls (or hands to their executors) the handlers resolved; returns how
+  // many.
   std::size_t deliver(const Delivery& delivery);
   std::size_t route(const Event& event) { return deliver(resolve(event)); }
+
+  // Counts `failure` for its device and hands it to the sink. Never throws.
+  void report(const Failure& failure) noexcept;
 
   CounterSnapshot counters(ibv_context* device) const;
 
  private:
-  Attachment attach_object(const char* verb, detail::ObjectKey key,
-                           Handler handler, EventFilter filter);
+  Handle attach_object(const char* verb, const void* object, ElementKind kind,
+                       EventFilter filter, Handler handler, Executor executor);
 
   std::shared_ptr<detail::RegistryState> state_;
 };

@@ -28,16 +28,16 @@ void check(bool ok, const char* what) {
 
 // A QP handler and a port listener each hear exactly their injected event.
 void route_injected_events() {
-  ibev::Registry registry;
-  ibev::Dispatcher dispatcher(registry);
+  ibev::Dispatcher dispatcher;
+  ibev::Registry& registry = dispatcher.registry();
   ibv_context device{};  // stand-ins: only their addresses are used here
   ibv_qp qp{};
   int qp_events = 0, port_events = 0;
-  ibev::Attachment on_qp =
+  ibev::Handle on_qp =
       registry.attach(&qp, [&](const ibev::Event& e) { qp_events += e.qp() == &qp; });
-  ibev::Attachment on_port = registry.listen(
-      &device, [&](const ibev::Event& e) { port_events += e.port() == 1; },
-      ibev::EventFilter{IBV_EVENT_PORT_ERR});
+  ibev::Handle on_port = registry.listen(
+      &device, ibev::EventFilter{IBV_EVENT_PORT_ERR},
+      [&](const ibev::Event& e) { port_events += e.port() == 1; });
   dispatcher.inject(&device, IBV_EVENT_COMM_EST, &qp);
   dispatcher.inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});
   dispatcher.run_once(std::chrono::milliseconds(1000));
@@ -49,9 +49,8 @@ void route_injected_events() {
 // whose receive completion is delivered to b's CQ handler.
 void rc_loopback() {
   const char* name = std::getenv("IBEV_TEST_DEVICE");
-  ibev::Registry registry;
-  ibev::Dispatcher dispatcher(registry);
-  auto device = ibev::Device::open(dispatcher, registry, name != nullptr ? name : "");
+  ibev::Dispatcher dispatcher;
+  auto device = ibev::Device::open(dispatcher, name != nullptr ? name : "");
   auto pd = ibev::ProtectionDomain::create(device);
   std::promise<std::string> received;
   char buffer[128] = {};

@@ -11,59 +11,90 @@ std::shared_ptr<CompletionChannel> CompletionChannel::create(
   if (!device) {
     throw std::invalid_argument("CompletionChannel::create: the device is null");
   }
-  ibv_comp_channel* channel = ibv_create_comp_channel(device->context());
-  if (channel == nullptr) detail::throw_verb_error("ibv_create_comp_channel", errno);
-  return std::make_shared<CompletionChannel>(Token{}, std::move(device), channel);
+  ibv_comp_channel* channel =
+      ibv_create_comp_channel(device->require_open("ibv_create_comp_channel"));
+  if (channel == nullptr) throw_system_error("ibv_create_comp_channel", errno);
+  auto made = std::make_shared<CompletionChannel>(Token{}, device, channel);
+  device->track(made);
+  return made;
 }
 
 CompletionChannel::CompletionChannel(Token, std::shared_ptr<Device> device,
                                      ibv_comp_channel* channel)
-    : device_(std::move(device)), channel_(channel) {}
+    : device_(std::move(device)),
+      channel_(channel, device_->context(), &device_->registry()) {}
 
 CompletionChannel::~CompletionChannel() = default;
+
+void CompletionChannel::close() noexcept { channel_.close(); }
 
 std::shared_ptr<CompletionQueue> CompletionQueue::create(
     std::shared_ptr<Device> device, CompletionHandler on_completion,
     Handler on_event, Options options) {
-  if (!device) {
-    throw std::invalid_argument("CompletionQueue::create: the device is null");
-  }
+  const char* verb = "CompletionQueue::create";
+  if (!device) throw std::invalid_argument(std::string(verb) + ": the device is null");
   if (options.cqe < 1) {
-    throw std::invalid_argument("CompletionQueue::create: cqe must be at least 1");
+    throw std::invalid_argument(std::string(verb) + ": cqe must be at least 1");
   }
-  if (options.channel && options.channel->device() != device) {
-    throw std::invalid_argument(
-        "CompletionQueue::create: the channel belongs to another device");
+  const CompletionMode mode = options.completion.mode;
+  const bool polled = mode == CompletionMode::kPolled;
+  if (polled && on_completion) {
+    throw std::invalid_argument(std::string(verb) +
+                                ": a kPolled CQ takes no completion handler");
+  }
+  if (!polled && !on_completion) {
+    throw std::invalid_argument(std::string(verb) +
+                                ": kEvent and kAdaptive need a completion handler "
+                                "(kPolled: the caller polls)");
+  }
+  if (options.channel && (polled || options.channel->device() != device)) {
+    throw std::invalid_argument(std::string(verb) +
+                                ": the channel belongs to another device, or the CQ "
+                                "is kPolled");
   }
   std::shared_ptr<CompletionChannel> channel = std::move(options.channel);
-  if (on_completion && !channel) channel = CompletionChannel::create(device);
+  if (!polled && !channel) channel = CompletionChannel::create(device);
+  Dispatcher* served_by =
+      polled ? nullptr : (options.dispatcher ? options.dispatcher : &device->dispatcher());
 
-  ibv_cq* cq = ibv_create_cq(device->context(), options.cqe, nullptr,
-                             on_completion ? channel->get() : nullptr,
-                             options.comp_vector);
-  if (cq == nullptr) detail::throw_verb_error("ibv_create_cq", errno);
-  auto queue = std::make_shared<CompletionQueue>(Token{}, device,
-                                                 on_completion ? channel : nullptr, cq);
+  ibv_cq* cq = ibv_create_cq(device->require_open("ibv_create_cq"), options.cqe, nullptr,
+                             channel ? channel->get() : nullptr, options.comp_vector);
+  if (cq == nullptr) throw_system_error("ibv_create_cq", errno);
+  auto queue = std::make_shared<CompletionQueue>(Token{}, device, channel, cq, mode,
+                                                 served_by);
   // Handlers before anything can happen on the CQ: nothing is attached to it
   // yet, so no completion can precede the arming.
-  if (on_event) queue->events_ = device->registry().attach(cq, std::move(on_event));
-  if (on_completion) {
-    queue->completions_ = device->dispatcher().watch_completions(
-        channel->get(), cq, std::move(on_completion), options.completion);
+  if (on_event) queue->cq_.serve_with(device->registry().attach(cq, std::move(on_event)));
+  if (served_by != nullptr) {
+    queue->cq_.serve_with(served_by->watch_completions(cq, std::move(options.completion),
+                                                       std::move(on_completion)));
   }
+  device->track(queue);
   return queue;
 }
 
-CompletionQueue::CompletionQueue(Token, std::shared_ptr<Device> device,
-                                 std::shared_ptr<CompletionChannel> channel,
-                                 ibv_cq* cq)
-    : device_(std::move(device)), channel_(std::move(channel)), cq_(cq) {}
+std::shared_ptr<CompletionQueue> CompletionQueue::create_polled(
+    std::shared_ptr<Device> device, Handler on_event, Options options) {
+  options.completion.mode = CompletionMode::kPolled;
+  return create(std::move(device), nullptr, std::move(on_event), std::move(options));
+}
 
-CompletionQueue::~CompletionQueue() {
-  // Explicit, though member order does the same: this is the destroy rule.
-  completions_.release();  // acks what is outstanding; waits for a drain
-  events_.release();       // waits for a running handler (not its own)
-  cq_.reset();
+CompletionQueue::CompletionQueue(Token, std::shared_ptr<Device> device,
+                                 std::shared_ptr<CompletionChannel> channel, ibv_cq* cq,
+                                 CompletionMode mode, Dispatcher* served_by)
+    : device_(std::move(device)),
+      channel_(std::move(channel)),
+      mode_(mode),
+      served_by_(served_by),
+      cq_(cq, device_->context(), &device_->registry()) {}
+
+CompletionQueue::~CompletionQueue() = default;
+
+void CompletionQueue::close() noexcept { cq_.close(); }
+
+CompletionStats CompletionQueue::completion_stats() const {
+  if (served_by_ == nullptr || cq_.get() == nullptr) return {};
+  return served_by_->completion_stats(cq_.get());
 }
 
 }  // namespace ibev

@@ -1,14 +1,17 @@
 // ibev::CompletionChannel and ibev::CompletionQueue.
 //
-// CompletionQueue::create() mirrors the kernel's ib_create_cq(device,
-// comp_handler, event_handler, context, attr): the CQ's async events (CQ_ERR)
-// go to `on_event`, its work completions to `on_completion`, both on the
-// dispatching thread. With a completion handler the CQ gets a completion
-// channel (its own, or one shared through Options::channel), is armed before
-// create() returns, and is drained by the Dispatcher (arm-then-drain, acks
-// amortised; see dispatch/dispatcher.h). Without one, the caller polls it.
+// CompletionQueue::create() mirrors the kernel's ib_alloc_cq / ib_create_cq
+// (device, comp_handler, event_handler, attr, poll context): the CQ's async
+// events (CQ_ERR) go to `on_event`, its work completions to `on_completion`,
+// both on the dispatching thread unless an executor is given. The completion
+// mode is chosen here (Options::completion.mode, dispatch/completions.h):
+// kEvent and kAdaptive need a completion handler and give the CQ a channel
+// (its own, or one shared through Options::channel); the CQ is armed before
+// create() returns and drained by a Dispatcher (the device's, or the one
+// Options::dispatcher names: a per-thread CQ, as SPDK's poll groups keep).
+// kPolled takes no completion handler and no channel: the caller polls.
 //
-// Destruction (the last shared_ptr going, from any thread or from inside one
+// close() (or the last shared_ptr going, from any thread or from inside one
 // of its own handlers) stops completion delivery and acks every completion
 // event still outstanding, detaches the event handler (waiting for a running
 // handler unless on its thread), then destroys the CQ: ibv_destroy_cq never
@@ -21,6 +24,7 @@
 #include <memory>
 
 #include <ibev/core/registry.h>
+#include <ibev/dispatch/completions.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/ownership.h>
@@ -32,15 +36,16 @@ inline constexpr char kDestroyCompChannel[] = "ibv_destroy_comp_channel";
 inline constexpr char kDestroyCq[] = "ibv_destroy_cq";
 }  // namespace detail
 
-class CompletionChannel {
+class CompletionChannel : public detail::Closeable {
  public:
   // Throws std::invalid_argument (null device) or std::system_error
   // (ibv_create_comp_channel).
   static std::shared_ptr<CompletionChannel> create(std::shared_ptr<Device> device);
-  ~CompletionChannel();
+  ~CompletionChannel() override;
 
   ibv_comp_channel* get() const noexcept { return channel_.get(); }
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
+  void close() noexcept override;
 
  private:
   struct Token {};
@@ -50,52 +55,64 @@ class CompletionChannel {
 
  private:
   std::shared_ptr<Device> device_;
-  detail::Owned<ibv_comp_channel, ibv_destroy_comp_channel,
-                detail::kDestroyCompChannel>
+  detail::Owned<ibv_comp_channel, ibv_destroy_comp_channel, detail::kDestroyCompChannel>
       channel_;
 };
 
 struct CompletionQueueOptions {
   int cqe = 64;  // at least this many entries
-  // The channel to use; null: a channel of the CQ's own (with a handler).
+  // The channel to use; null: a channel of the CQ's own (kEvent, kAdaptive).
   std::shared_ptr<CompletionChannel> channel;
-  CompletionOptions completion;  // ack batch, poll batch, solicited only
+  // The mode, batches, budget, executor.
+  CompletionOptions completion;
+  // The Dispatcher that serves the completions; null: the device's. It must
+  // outlive the CQ.
+  Dispatcher* dispatcher = nullptr;
   int comp_vector = 0;
 };
 
-class CompletionQueue {
+class CompletionQueue : public detail::Closeable {
  public:
   using Options = CompletionQueueOptions;
 
   // Throws std::invalid_argument (null device, cqe < 1, a channel of another
-  // device) or std::system_error (the failing verb and its errno).
+  // device, a completion handler with kPolled or none without) or
+  // std::system_error (the failing verb and its errno).
   static std::shared_ptr<CompletionQueue> create(std::shared_ptr<Device> device,
                                                  CompletionHandler on_completion,
                                                  Handler on_event,
                                                  Options options = {});
-  ~CompletionQueue();
+  // A kPolled CQ (the kernel's IB_POLL_DIRECT): no completion handler, no
+  // channel; the caller polls get(). Options::completion.mode is set for it.
+  static std::shared_ptr<CompletionQueue> create_polled(std::shared_ptr<Device> device,
+                                                        Handler on_event,
+                                                        Options options = {});
+  ~CompletionQueue() override;
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;
 
+  // Null once closed.
   ibv_cq* get() const noexcept { return cq_.get(); }
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
-  // Zero for a CQ without a completion handler.
-  CompletionStats completion_stats() const noexcept { return completions_.stats(); }
+  CompletionMode mode() const noexcept { return mode_; }
+  // Zero for a kPolled CQ, or once closed.
+  CompletionStats completion_stats() const;
+  void close() noexcept override;
 
  private:
   struct Token {};
 
  public:
   CompletionQueue(Token, std::shared_ptr<Device> device,
-                  std::shared_ptr<CompletionChannel> channel, ibv_cq* cq);
+                  std::shared_ptr<CompletionChannel> channel, ibv_cq* cq,
+                  CompletionMode mode, Dispatcher* served_by);
 
  private:
-  // Destroyed bottom-up: completions first, the device last.
   std::shared_ptr<Device> device_;
   std::shared_ptr<CompletionChannel> channel_;
+  const CompletionMode mode_;
+  Dispatcher* const served_by_;  // null for kPolled
   detail::Owned<ibv_cq, ibv_destroy_cq, detail::kDestroyCq> cq_;
-  Attachment events_;
-  CompletionWatch completions_;
 };
 
 }  // namespace ibev

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 #include <utility>
@@ -16,7 +17,7 @@ using DeviceList = std::unique_ptr<ibv_device*, void (*)(ibv_device**)>;
 DeviceList device_list(int& count) {
   count = 0;
   DeviceList list(ibv_get_device_list(&count), ibv_free_device_list);
-  if (!list && errno != ENOSYS) detail::throw_verb_error("ibv_get_device_list", errno);
+  if (!list && errno != ENOSYS) throw_system_error("ibv_get_device_list", errno);
   return list;
 }
 
@@ -29,8 +30,7 @@ DeviceList device_list(int& count) {
   if (::access(node.c_str(), R_OK | W_OK) != 0 && (errno == EACCES || errno == EPERM)) {
     error = errno;
   }
-  const std::string verb = "ibv_open_device(" + node + ")";
-  detail::throw_verb_error(verb.c_str(), error);
+  throw_system_error("ibv_open_device(" + node + ")", error);
 }
 
 }  // namespace
@@ -43,8 +43,7 @@ std::vector<std::string> Device::names() {
   return names;
 }
 
-std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, Registry& registry,
-                                     std::string_view name) {
+std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, std::string_view name) {
   int count = 0;
   const DeviceList list = device_list(count);
   for (int i = 0; i < count; ++i) {
@@ -53,40 +52,68 @@ std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, Registry& registry,
     if (!name.empty() && name != device_name) continue;
     ibv_context* context = ibv_open_device(device);
     if (context == nullptr) throw_open_error(device, errno);
-    return std::make_shared<Device>(Token{}, dispatcher, registry, context,
-                                    device_name);
+    return std::make_shared<Device>(Token{}, dispatcher, context, device_name);
   }
-  detail::throw_verb_error(name.empty() ? "ibv_get_device_list (no RDMA device)"
-                                        : "ibv_open_device (no such device)",
-                           ENODEV);
+  throw_system_error(name.empty() ? "ibv_get_device_list (no RDMA device)"
+                                  : "ibv_open_device (no such device)",
+                     ENODEV);
 }
 
-Device::Device(Token, Dispatcher& dispatcher, Registry& registry,
-               ibv_context* context, std::string name)
+Device::Device(Token, Dispatcher& dispatcher, ibv_context* context, std::string name)
     : dispatcher_(dispatcher),
-      registry_(registry),
-      context_(context),
-      name_(std::move(name)),
-      watch_(dispatcher.watch(context)) {}
+      context_(context, context, &dispatcher.registry()),
+      name_(std::move(name)) {
+  try {
+    context_.serve_with(dispatcher.watch_async_events(context));
+  } catch (...) {
+    context_.close();
+    throw;
+  }
+}
 
 Device::~Device() = default;
 
-Attachment Device::on_event(EventFilter filter, Handler handler) {
-  return registry_.listen(context(), std::move(handler), filter);
+void Device::track(std::weak_ptr<detail::Closeable> object) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  // Forget the objects gone already whenever the list doubles: amortised.
+  if (objects_.size() >= 16 && (objects_.size() & (objects_.size() - 1)) == 0) {
+    objects_.erase(std::remove_if(objects_.begin(), objects_.end(),
+                                  [](const auto& weak) { return weak.expired(); }),
+                   objects_.end());
+  }
+  objects_.push_back(std::move(object));
+}
+
+void Device::close() noexcept {
+  std::lock_guard<std::mutex> closing(close_mutex_);
+  std::vector<std::weak_ptr<detail::Closeable>> objects;
+  {
+    std::lock_guard<std::mutex> lock(objects_mutex_);
+    objects.swap(objects_);
+  }
+  for (auto it = objects.rbegin(); it != objects.rend(); ++it) {
+    if (auto object = it->lock()) object->close();
+  }
+  context_.close();
+}
+
+Handle Device::on_event(EventFilter filter, Handler handler, Executor executor) {
+  return registry().listen(require_open("Device::on_event"), std::move(filter),
+                           std::move(handler), std::move(executor));
 }
 
 ibv_port_attr Device::query_port(std::uint8_t port) const {
   ibv_port_attr attr{};
-  if (const int rc = ibv_query_port(context(), port, &attr); rc != 0) {
-    detail::throw_verb_error("ibv_query_port", rc);
+  if (const int rc = ibv_query_port(require_open("ibv_query_port"), port, &attr); rc != 0) {
+    throw_system_error("ibv_query_port", rc);
   }
   return attr;
 }
 
 ibv_gid Device::query_gid(std::uint8_t port, int index) const {
   ibv_gid gid{};
-  if (ibv_query_gid(context(), port, index, &gid) != 0) {
-    detail::throw_verb_error("ibv_query_gid", errno);
+  if (ibv_query_gid(require_open("ibv_query_gid"), port, index, &gid) != 0) {
+    throw_system_error("ibv_query_gid", errno);
   }
   return gid;
 }

@@ -1,23 +1,31 @@
 #include <ibev/verbs/ownership.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <system_error>
+#include <string>
 
 namespace ibev::detail {
 
-void throw_verb_error(const char* verb, int error) {
-  // rdma-core sometimes returns a negative errno, or fails without setting it.
+void report_destroy_failure(Registry* registry, ibv_context* device, const char* verb,
+                            int error, const void* object) noexcept {
   if (error < 0) error = -error;
-  if (error == 0) error = EIO;
-  throw std::system_error(error, std::generic_category(), verb);
+  Failure failure = Failure::verb_failed(verb, error == 0 ? EIO : error,
+                                         "in a destructor or close(); the object is given up");
+  failure.kind = Failure::Kind::kDestroyFailed;
+  failure.device = device;
+  failure.object = object;
+  if (registry != nullptr) {
+    registry->report(failure);
+    return;
+  }
+  try {
+    std::fprintf(stderr, "ibev: %s\n", describe(failure).c_str());
+  } catch (...) {
+  }
 }
 
-void report_destroy_failure(const char* verb, int error) noexcept {
-  if (error < 0) error = -error;
-  std::fprintf(stderr, "ibev: %s failed in a destructor: %s (errno %d)\n", verb,
-               std::strerror(error), error);
+void throw_closed(const char* verb) {
+  throw std::system_error(ENODEV, std::generic_category(),
+                          std::string(verb) + ": the object was closed");
 }
 
 }  // namespace ibev::detail

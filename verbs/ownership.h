@@ -1,30 +1,80 @@
-// Internal to verbs/: unique_ptr deleters for rdma-core objects, and the
-// errors every wrapper throws.
+// Internal to verbs/: how every wrapper owns its rdma-core object, and the
+// one teardown they all share.
 //
-// A destroy verb failing in a destructor cannot throw; it is written to
-// stderr with the verb's name and errno, never dropped silently.
+// Owned<T> holds the object and the Handles that serve it (its event handler,
+// its completions). close() releases the handles, newest first (completions
+// before the event handler: a release acks what it read, so the destroy verb
+// never blocks on ibev), then destroys the object, as pyverbs' close() does.
+// It is idempotent, and the destructor calls it. A destroy verb that fails
+// there cannot throw: it becomes a Failure (kDestroyFailed) for the device's
+// Registry sink, and the object is given up (not retried).
+//
+// Closeable is what Device::close() reaches: every wrapper made on a device
+// is one, so that an application can tear down everything of a device (after
+// DEVICE_FATAL, say) without finding every shared_ptr.
 #ifndef IBEV_VERBS_OWNERSHIP_H_
 #define IBEV_VERBS_OWNERSHIP_H_
 
-#include <memory>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ibev/core/failure.h>
+#include <ibev/core/handle.h>
+#include <ibev/core/registry.h>
 
 namespace ibev::detail {
 
-// Throws std::system_error(error, generic_category(), verb).
-[[noreturn]] void throw_verb_error(const char* verb, int error);
-
-void report_destroy_failure(const char* verb, int error) noexcept;
-
-template <typename T, int (*Destroy)(T*), const char* Verb>
-struct Destroyer {
-  void operator()(T* object) const noexcept {
-    if (object == nullptr) return;
-    if (const int rc = Destroy(object); rc != 0) report_destroy_failure(Verb, rc);
-  }
+class Closeable {
+ public:
+  virtual ~Closeable() = default;
+  virtual void close() noexcept = 0;
 };
 
+void report_destroy_failure(Registry* registry, ibv_context* device, const char* verb,
+                            int error, const void* object) noexcept;
+
+// Throws std::system_error(ENODEV) naming `verb`: the object was closed.
+[[noreturn]] void throw_closed(const char* verb);
+
 template <typename T, int (*Destroy)(T*), const char* Verb>
-using Owned = std::unique_ptr<T, Destroyer<T, Destroy, Verb>>;
+class Owned {
+ public:
+  Owned() noexcept = default;
+  // `registry` receives a failing destroy; null: stderr.
+  Owned(T* object, ibv_context* device, Registry* registry) noexcept
+      : object_(object), device_(device), registry_(registry) {}
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() { close(); }
+
+  T* get() const noexcept { return object_; }
+  // The object, or std::system_error(ENODEV) naming `verb` once closed.
+  T* require(const char* verb) const {
+    if (object_ == nullptr) throw_closed(verb);
+    return object_;
+  }
+  void serve_with(Handle handle) { handles_.push_back(std::move(handle)); }
+
+  void close() noexcept {
+    for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) it->release();
+    handles_.clear();
+    if (T* object = std::exchange(object_, nullptr)) {
+      if (const int rc = Destroy(object); rc != 0) {
+        report_destroy_failure(registry_, device_, Verb, rc, object);
+      }
+    }
+  }
+
+ private:
+  T* object_ = nullptr;
+  ibv_context* device_ = nullptr;
+  Registry* registry_ = nullptr;
+  std::vector<Handle> handles_;
+};
 
 }  // namespace ibev::detail
 

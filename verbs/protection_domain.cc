@@ -11,33 +11,41 @@ std::shared_ptr<ProtectionDomain> ProtectionDomain::create(
   if (!device) {
     throw std::invalid_argument("ProtectionDomain::create: the device is null");
   }
-  ibv_pd* pd = ibv_alloc_pd(device->context());
-  if (pd == nullptr) detail::throw_verb_error("ibv_alloc_pd", errno);
-  return std::make_shared<ProtectionDomain>(Token{}, std::move(device), pd);
+  ibv_pd* pd = ibv_alloc_pd(device->require_open("ibv_alloc_pd"));
+  if (pd == nullptr) throw_system_error("ibv_alloc_pd", errno);
+  auto domain = std::make_shared<ProtectionDomain>(Token{}, device, pd);
+  device->track(domain);
+  return domain;
 }
 
 ProtectionDomain::ProtectionDomain(Token, std::shared_ptr<Device> device, ibv_pd* pd)
-    : device_(std::move(device)), pd_(pd) {}
+    : device_(std::move(device)), pd_(pd, device_->context(), &device_->registry()) {}
 
 // Out of line, as every wrapper's: the destroy verb runs in libibev, never in
 // code inlined into the application.
 ProtectionDomain::~ProtectionDomain() = default;
 
-std::unique_ptr<MemoryRegion> MemoryRegion::create(
-    std::shared_ptr<ProtectionDomain> pd, void* address, std::size_t length,
-    int access) {
+void ProtectionDomain::close() noexcept { pd_.close(); }
+
+std::shared_ptr<MemoryRegion> MemoryRegion::create(std::shared_ptr<ProtectionDomain> pd,
+                                                   void* address, std::size_t length,
+                                                   int access) {
   if (!pd || address == nullptr || length == 0) {
     throw std::invalid_argument(
         "MemoryRegion::create: needs a domain, an address and a length");
   }
-  ibv_mr* mr = ibv_reg_mr(pd->get(), address, length, access);
-  if (mr == nullptr) detail::throw_verb_error("ibv_reg_mr", errno);
-  return std::make_unique<MemoryRegion>(Token{}, std::move(pd), mr);
+  ibv_mr* mr = ibv_reg_mr(pd->require_open("ibv_reg_mr"), address, length, access);
+  if (mr == nullptr) throw_system_error("ibv_reg_mr", errno);
+  auto region = std::make_shared<MemoryRegion>(Token{}, pd, mr);
+  pd->device()->track(region);
+  return region;
 }
 
 MemoryRegion::MemoryRegion(Token, std::shared_ptr<ProtectionDomain> pd, ibv_mr* mr)
-    : pd_(std::move(pd)), mr_(mr) {}
+    : pd_(std::move(pd)), mr_(mr, mr->context, &pd_->device()->registry()) {}
 
 MemoryRegion::~MemoryRegion() = default;
+
+void MemoryRegion::close() noexcept { mr_.close(); }
 
 }  // namespace ibev

@@ -1,5 +1,9 @@
-// ibev::ProtectionDomain: an ibv_pd, keeping its Device alive.
-// Thread-safety: immutable after creation.
+// ibev::ProtectionDomain (an ibv_pd) and ibev::MemoryRegion (an ibv_mr).
+//
+// Each keeps what it was made on alive (a domain its Device, a region its
+// domain) and has an idempotent close() (verbs/ownership.h); Device::close()
+// reaches both. Thread-safety: immutable after creation, but close() must not
+// race with other use of the same object.
 #ifndef IBEV_VERBS_PROTECTION_DOMAIN_H_
 #define IBEV_VERBS_PROTECTION_DOMAIN_H_
 
@@ -18,15 +22,18 @@ inline constexpr char kDeallocPd[] = "ibv_dealloc_pd";
 inline constexpr char kDeregMr[] = "ibv_dereg_mr";
 }  // namespace detail
 
-class ProtectionDomain {
+class ProtectionDomain : public detail::Closeable {
  public:
   // Throws std::invalid_argument (null device) or std::system_error
-  // (ibv_alloc_pd).
+  // (ibv_alloc_pd; ENODEV for a closed device).
   static std::shared_ptr<ProtectionDomain> create(std::shared_ptr<Device> device);
-  ~ProtectionDomain();
+  ~ProtectionDomain() override;
 
+  // Null once closed.
   ibv_pd* get() const noexcept { return pd_.get(); }
+  ibv_pd* require_open(const char* verb) const { return pd_.require(verb); }
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
+  void close() noexcept override;
 
  private:
   struct Token {};
@@ -39,20 +46,22 @@ class ProtectionDomain {
   detail::Owned<ibv_pd, ibv_dealloc_pd, detail::kDeallocPd> pd_;
 };
 
-// A registered memory region; keeps its protection domain alive. The memory
-// itself stays the caller's and must outlive the region.
-class MemoryRegion {
+// A registered memory region. The memory itself stays the caller's and must
+// outlive the region.
+class MemoryRegion : public detail::Closeable {
  public:
   // Throws std::invalid_argument (null domain or address, zero length) or
   // std::system_error (ibv_reg_mr).
-  static std::unique_ptr<MemoryRegion> create(std::shared_ptr<ProtectionDomain> pd,
+  static std::shared_ptr<MemoryRegion> create(std::shared_ptr<ProtectionDomain> pd,
                                               void* address, std::size_t length,
                                               int access);
-  ~MemoryRegion();
+  ~MemoryRegion() override;
 
+  // Null once closed.
   ibv_mr* get() const noexcept { return mr_.get(); }
-  std::uint32_t lkey() const noexcept { return mr_->lkey; }
-  std::uint32_t rkey() const noexcept { return mr_->rkey; }
+  std::uint32_t lkey() const { return mr_.require("MemoryRegion::lkey")->lkey; }
+  std::uint32_t rkey() const { return mr_.require("MemoryRegion::rkey")->rkey; }
+  void close() noexcept override;
 
  private:
   struct Token {};

@@ -48,12 +48,15 @@ std::shared_ptr<QueuePair> QueuePair::create(std::shared_ptr<ProtectionDomain> p
   init.qp_type = options.type;
   init.cap = options.cap;
   init.sq_sig_all = options.signal_all ? 1 : 0;
-  ibv_qp* qp = ibv_create_qp(pd->get(), &init);
-  if (qp == nullptr) detail::throw_verb_error("ibv_create_qp", errno);
-  auto queue_pair = std::make_shared<QueuePair>(Token{}, pd, std::move(options), qp);
-  if (on_event) {
-    queue_pair->events_ = device->registry().attach(qp, std::move(on_event));
+  if (init.send_cq == nullptr || init.recv_cq == nullptr ||
+      (options.srq && init.srq == nullptr)) {
+    throw_system_error("ibv_create_qp: a CQ or the SRQ was closed", ENODEV);
   }
+  ibv_qp* qp = ibv_create_qp(pd->require_open("ibv_create_qp"), &init);
+  if (qp == nullptr) throw_system_error("ibv_create_qp", errno);
+  auto queue_pair = std::make_shared<QueuePair>(Token{}, pd, std::move(options), qp);
+  if (on_event) queue_pair->qp_.serve_with(device->registry().attach(qp, std::move(on_event)));
+  device->track(queue_pair);
   return queue_pair;
 }
 
@@ -62,17 +65,16 @@ QueuePair::QueuePair(Token, std::shared_ptr<ProtectionDomain> pd, Options option
     : pd_(std::move(pd)),
       parents_(std::move(options)),
       psn_(parents_.psn ? *parents_.psn : random_psn()),
-      qp_(qp) {}
+      qp_(qp, qp->context, &pd_->device()->registry()) {}
 
-QueuePair::~QueuePair() {
-  events_.release();
-  qp_.reset();
-}
+QueuePair::~QueuePair() = default;
+
+void QueuePair::close() noexcept { qp_.close(); }
 
 void QueuePair::modify(ibv_qp_attr& attr, int mask, const char* step) {
   // ibv_modify_qp returns the errno value itself.
-  if (const int rc = ibv_modify_qp(qp_.get(), &attr, mask); rc != 0) {
-    detail::throw_verb_error(step, rc);
+  if (const int rc = ibv_modify_qp(qp_.require(step), &attr, mask); rc != 0) {
+    throw_system_error(step, rc);
   }
 }
 
@@ -80,16 +82,16 @@ void QueuePair::post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
   detail::release_before_post(parents_.send_cq->get());
   ibv_send_wr* bad = nullptr;
   // ibv_post_send returns the errno value itself.
-  if (const int rc = ibv_post_send(qp_.get(), &wr, bad_wr ? bad_wr : &bad); rc != 0) {
-    detail::throw_verb_error("ibv_post_send", rc);
+  if (const int rc = ibv_post_send(qp_.require("ibv_post_send"), &wr, bad_wr ? bad_wr : &bad); rc != 0) {
+    throw_system_error("ibv_post_send", rc);
   }
 }
 
 void QueuePair::post_recv(ibv_recv_wr& wr, ibv_recv_wr** bad_wr) {
   detail::release_before_post(parents_.recv_cq->get());
   ibv_recv_wr* bad = nullptr;
-  if (const int rc = ibv_post_recv(qp_.get(), &wr, bad_wr ? bad_wr : &bad); rc != 0) {
-    detail::throw_verb_error("ibv_post_recv", rc);
+  if (const int rc = ibv_post_recv(qp_.require("ibv_post_recv"), &wr, bad_wr ? bad_wr : &bad); rc != 0) {
+    throw_system_error("ibv_post_recv", rc);
   }
 }
 

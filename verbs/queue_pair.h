@@ -3,10 +3,10 @@
 // request/access errors, COMM_EST, SQ_DRAINED, path migration, last WQE) go
 // to that handler, on the dispatching thread.
 //
-// Destruction detaches the handler (waiting for it unless on its thread), then
-// destroys the QP. Its events are acked before they are delivered, so
-// destroying it from inside its own handler does not block. Keeps its
-// protection domain, CQs and SRQ alive.
+// close() (or destruction) detaches the handler (waiting for it unless on its
+// thread), then destroys the QP. Its events are acked before they are
+// delivered, so destroying it from inside its own handler does not block.
+// Keeps its protection domain, CQs and SRQ alive; Device::close() reaches it.
 //
 // Posting work is plain verbs on get(), or post_send()/post_recv(), which
 // add errors as exceptions and ThreadSanitizer's view of the device's
@@ -95,7 +95,7 @@ RcTransitions rc_transitions(const RcEndpoint& remote, std::uint32_t own_psn,
                              const ConnectOptions& options);
 }  // namespace detail
 
-class QueuePair {
+class QueuePair : public detail::Closeable {
  public:
   using Options = QueuePairOptions;
 
@@ -103,14 +103,17 @@ class QueuePair {
   // device) or std::system_error (ibv_create_qp).
   static std::shared_ptr<QueuePair> create(std::shared_ptr<ProtectionDomain> pd,
                                            Handler on_event, Options options);
-  ~QueuePair();
+  ~QueuePair() override;
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
 
+  // Null once closed.
   ibv_qp* get() const noexcept { return qp_.get(); }
-  std::uint32_t qp_num() const noexcept { return qp_->qp_num; }
+  std::uint32_t qp_num() const { return qp_.require("QueuePair::qp_num")->qp_num; }
+  void close() noexcept override;
 
-  // ibv_modify_qp; throws std::system_error naming `step`.
+  // ibv_modify_qp; throws std::system_error naming `step` (ENODEV once
+  // closed, as every call below).
   void modify(ibv_qp_attr& attr, int mask, const char* step = "ibv_modify_qp");
 
   // ibv_post_send / ibv_post_recv; throw std::system_error naming the verb
@@ -146,7 +149,6 @@ class QueuePair {
   Options parents_;  // the CQs and SRQ, kept alive
   std::uint32_t psn_;
   detail::Owned<ibv_qp, ibv_destroy_qp, detail::kDestroyQp> qp_;
-  Attachment events_;
 };
 
 // Connects two RC QPs to each other (both on one device: loopback).

@@ -4,9 +4,9 @@
 //
 // arm_limit() sets the limit (IBV_SRQ_LIMIT): the device raises
 // SRQ_LIMIT_REACHED once when the posted receives drop below it, then the
-// limit reads 0 until armed again. Destruction detaches the handler (waiting
-// for it unless on its thread), then destroys the SRQ. Keeps its protection
-// domain alive.
+// limit reads 0 until armed again. close() (or destruction) detaches the
+// handler (waiting for it unless on its thread), then destroys the SRQ. Keeps
+// its protection domain alive; Device::close() reaches it.
 #ifndef IBEV_VERBS_SHARED_RECEIVE_QUEUE_H_
 #define IBEV_VERBS_SHARED_RECEIVE_QUEUE_H_
 
@@ -30,7 +30,7 @@ struct SharedReceiveQueueOptions {
   std::uint32_t max_sge = 1;
 };
 
-class SharedReceiveQueue {
+class SharedReceiveQueue : public detail::Closeable {
  public:
   using Options = SharedReceiveQueueOptions;
 
@@ -38,14 +38,16 @@ class SharedReceiveQueue {
   // (ibv_create_srq).
   static std::shared_ptr<SharedReceiveQueue> create(
       std::shared_ptr<ProtectionDomain> pd, Handler on_event, Options options = {});
-  ~SharedReceiveQueue();
+  ~SharedReceiveQueue() override;
   SharedReceiveQueue(const SharedReceiveQueue&) = delete;
   SharedReceiveQueue& operator=(const SharedReceiveQueue&) = delete;
 
   // Throws std::system_error (ibv_modify_srq).
   void arm_limit(std::uint32_t limit);
 
+  // Null once closed.
   ibv_srq* get() const noexcept { return srq_.get(); }
+  void close() noexcept override;
   const std::shared_ptr<ProtectionDomain>& pd() const noexcept { return pd_; }
 
  private:
@@ -57,7 +59,6 @@ class SharedReceiveQueue {
  private:
   std::shared_ptr<ProtectionDomain> pd_;
   detail::Owned<ibv_srq, ibv_destroy_srq, detail::kDestroySrq> srq_;
-  Attachment events_;
 };
 
 }  // namespace ibev

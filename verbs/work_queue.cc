@@ -22,25 +22,26 @@ std::shared_ptr<WorkQueue> WorkQueue::create(std::shared_ptr<ProtectionDomain> p
   init.wq_type = IBV_WQT_RQ;
   init.max_wr = options.max_wr;
   init.max_sge = options.max_sge;
-  init.pd = pd->get();
+  init.pd = pd->require_open("ibv_create_wq");
   init.cq = cq->get();
+  if (init.cq == nullptr) throw_system_error("ibv_create_wq: the CQ was closed", ENODEV);
   errno = 0;
-  ibv_wq* wq = ibv_create_wq(pd->device()->context(), &init);
-  if (wq == nullptr) detail::throw_verb_error("ibv_create_wq", errno);
+  ibv_wq* wq = ibv_create_wq(pd->device()->require_open("ibv_create_wq"), &init);
+  if (wq == nullptr) throw_system_error("ibv_create_wq", errno);
   auto queue = std::make_shared<WorkQueue>(Token{}, pd, std::move(cq), wq);
   if (on_event) {
-    queue->events_ = pd->device()->registry().attach(wq, std::move(on_event));
+    queue->wq_.serve_with(pd->device()->registry().attach(wq, std::move(on_event)));
   }
+  pd->device()->track(queue);
   return queue;
 }
 
 WorkQueue::WorkQueue(Token, std::shared_ptr<ProtectionDomain> pd,
                      std::shared_ptr<CompletionQueue> cq, ibv_wq* wq)
-    : pd_(std::move(pd)), cq_(std::move(cq)), wq_(wq) {}
+    : pd_(std::move(pd)), cq_(std::move(cq)), wq_(wq, wq->context, &pd_->device()->registry()) {}
 
-WorkQueue::~WorkQueue() {
-  events_.release();
-  wq_.reset();
-}
+WorkQueue::~WorkQueue() = default;
+
+void WorkQueue::close() noexcept { wq_.close(); }
 
 }  // namespace ibev

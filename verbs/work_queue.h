@@ -2,9 +2,9 @@
 // handler; WQ_FATAL goes to that handler, on the dispatching thread.
 //
 // Not every provider has WQs: rdma_rxe has none, and create() then throws
-// std::system_error(EOPNOTSUPP, "ibv_create_wq"). Destruction detaches the
-// handler (waiting unless on its thread), then destroys the WQ. Keeps its
-// protection domain and CQ alive.
+// std::system_error(EOPNOTSUPP, "ibv_create_wq"). close() (or destruction)
+// detaches the handler (waiting unless on its thread), then destroys the WQ.
+// Keeps its protection domain and CQ alive; Device::close() reaches it.
 #ifndef IBEV_VERBS_WORK_QUEUE_H_
 #define IBEV_VERBS_WORK_QUEUE_H_
 
@@ -32,7 +32,7 @@ struct WorkQueueOptions {
   std::uint32_t max_sge = 1;
 };
 
-class WorkQueue {
+class WorkQueue : public detail::Closeable {
  public:
   using Options = WorkQueueOptions;
 
@@ -42,11 +42,13 @@ class WorkQueue {
   static std::shared_ptr<WorkQueue> create(std::shared_ptr<ProtectionDomain> pd,
                                            std::shared_ptr<CompletionQueue> cq,
                                            Handler on_event, Options options = {});
-  ~WorkQueue();
+  ~WorkQueue() override;
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
+  // Null once closed.
   ibv_wq* get() const noexcept { return wq_.get(); }
+  void close() noexcept override;
 
  private:
   struct Token {};
@@ -59,7 +61,6 @@ class WorkQueue {
   std::shared_ptr<ProtectionDomain> pd_;
   std::shared_ptr<CompletionQueue> cq_;
   detail::Owned<ibv_wq, detail::destroy_wq, detail::kDestroyWq> wq_;
-  Attachment events_;
 };
 
 }  // namespace ibev

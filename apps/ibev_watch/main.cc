@@ -227,14 +227,14 @@ int main(int argc, char** argv) {
     return kCannotWatch;
   }
 
-  ibev::Registry registry;
-  ibev::Dispatcher dispatcher(registry);
+  ibev::Dispatcher dispatcher;
+  ibev::Registry& registry = dispatcher.registry();
   Printer printer(options.json);
   std::vector<std::shared_ptr<ibev::Device>> devices;
-  std::vector<ibev::Attachment> listeners;
+  std::vector<ibev::Handle> listeners;
   for (const std::string& name : options.devices) {
     try {
-      devices.push_back(ibev::Device::open(dispatcher, registry, name));
+      devices.push_back(ibev::Device::open(dispatcher, name));
     } catch (const std::system_error& e) {
       explain_open_failure(name, e);
       return kCannotWatch;

@@ -143,21 +143,21 @@ int main(int argc, char** argv) {
   const std::string device_name = arg_or_env(argc, argv, 1, "IBEV_TEST_DEVICE", "rxe0");
   const std::string netdev = arg_or_env(argc, argv, 2, "IBEV_TEST_NETDEV", "d0");
 
-  ibev::Registry registry;
-  ibev::Dispatcher dispatcher(registry);
+  ibev::Dispatcher dispatcher;
+  ibev::Registry& registry = dispatcher.registry();
   RoutingTable table;
-  auto device = ibev::Device::open(dispatcher, registry, device_name);
+  auto device = ibev::Device::open(dispatcher, device_name);
   std::printf("ibev demo on %s (netdev %s)\n", device->name().c_str(), netdev.c_str());
 
   // The kernel's model: every object takes its handler when it is made.
-  ibev::Attachment listener = device->on_event({}, table.handler("device listener"));
+  ibev::Handle listener = device->on_event({}, table.handler("device listener"));
   auto pd = ibev::ProtectionDomain::create(device);
   ibev::CompletionQueue::Options one_entry;
   one_entry.cqe = 1;
-  auto tiny_cq = ibev::CompletionQueue::create(device, nullptr, table.handler("tiny CQ"), one_entry);
+  auto tiny_cq = ibev::CompletionQueue::create_polled(device, table.handler("tiny CQ"), one_entry);
   ibev::CompletionQueue::Options roomy;
   roomy.cqe = 256;
-  auto cq = ibev::CompletionQueue::create(device, nullptr, table.handler("main CQ"), roomy);
+  auto cq = ibev::CompletionQueue::create_polled(device, table.handler("main CQ"), roomy);
   auto srq = ibev::SharedReceiveQueue::create(pd, table.handler("SRQ"));
   ibev::QueuePair::Options a_opts, b_opts, c_opts;
   a_opts.send_cq = a_opts.recv_cq = cq;
@@ -212,7 +212,7 @@ int main(int argc, char** argv) {
               "QP b, the SRQ, port 1 and the device, through the same routing.\n");
   // rxe has no WQs (ibv_create_wq: EOPNOTSUPP): WQ_FATAL names a stand-in.
   ibv_wq stand_in_wq{};
-  ibev::Attachment wq_handler = registry.attach(&stand_in_wq, table.handler("WQ (stand-in)"));
+  ibev::Handle wq_handler = registry.attach(&stand_in_wq, table.handler("WQ (stand-in)"));
   std::map<int, std::string> expected{
       {IBV_EVENT_PORT_ERR, "device listener"},   {IBV_EVENT_PORT_ACTIVE, "device listener"},
       {IBV_EVENT_GID_CHANGE, "device listener"}, {IBV_EVENT_CQ_ERR, "tiny CQ"},

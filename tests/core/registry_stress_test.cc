@@ -14,7 +14,7 @@
 
 #include <ibev/core/registry.h>
 
-using ibev::Attachment;
+using ibev::Handle;
 using ibev::Event;
 using ibev::Registry;
 
@@ -41,7 +41,7 @@ BOOST_AUTO_TEST_CASE(attach_release_and_route_concurrently) {
   std::atomic<std::uint64_t> unclaimed_seen{0};
   std::atomic<bool> routing{true};
 
-  Attachment unclaimed = registry.on_unclaimed(
+  Handle unclaimed = registry.on_unclaimed(
       [&](const Event&) { unclaimed_seen.fetch_add(1, std::memory_order_relaxed); });
 
   auto make_handler = [&](std::shared_ptr<HandlerState> state) {
@@ -57,7 +57,7 @@ BOOST_AUTO_TEST_CASE(attach_release_and_route_concurrently) {
     attachers.emplace_back([&, t] {
       std::mt19937 rng(t);
       std::uniform_int_distribution<int> pick(0, kObjects - 1);
-      std::vector<std::pair<Attachment, std::shared_ptr<HandlerState>>> held;
+      std::vector<std::pair<Handle, std::shared_ptr<HandlerState>>> held;
       while (routing.load()) {
         auto state = std::make_shared<HandlerState>();
         if (rng() % 8 == 0) {

@@ -18,7 +18,7 @@
 #include <ibev/core/registry.h>
 
 namespace bdata = boost::unit_test::data;
-using ibev::Attachment;
+using ibev::Handle;
 using ibev::ElementKind;
 using ibev::Event;
 using ibev::EventFilter;
@@ -42,7 +42,7 @@ struct Fixture {
   ibv_wq wq1{}, wq2{};
   Registry registry;
   std::map<std::string, int> calls;
-  std::vector<Attachment> attachments;
+  std::vector<Handle> attachments;
 
   ibev::Handler count(const std::string& who) {
     return [this, who](const Event&) { ++calls[who]; };
@@ -59,9 +59,9 @@ struct Fixture {
     attachments.push_back(registry.attach(&wq2, count("wq2")));
     attachments.push_back(registry.listen(&device_a, count("a-all")));
     attachments.push_back(
-        registry.listen(&device_a, count("a-port1"), EventFilter().on_port(1)));
+        registry.listen(&device_a, EventFilter().on_port(1), count("a-port1")));
     attachments.push_back(
-        registry.listen(&device_a, count("a-port2"), EventFilter().on_port(2)));
+        registry.listen(&device_a, EventFilter().on_port(2), count("a-port2")));
     attachments.push_back(registry.listen(&device_b, count("b-all")));
     attachments.push_back(registry.on_unclaimed(count("unclaimed")));
   }
@@ -143,7 +143,7 @@ BOOST_DATA_TEST_CASE(event_nobody_takes_is_unclaimed_and_counted,
   Fixture f;
   f.attachments.clear();  // every handler and listener released
   int unclaimed = 0;
-  Attachment observer =
+  Handle observer =
       f.registry.on_unclaimed([&](const Event& e) {
         BOOST_TEST(e.code() == code);
         ++unclaimed;
@@ -158,7 +158,7 @@ BOOST_AUTO_TEST_CASE(listeners_run_in_registration_order) {
   Registry registry;
   ibv_context device{};
   std::vector<int> order;
-  std::vector<Attachment> held;
+  std::vector<Handle> held;
   for (int i = 0; i < 5; ++i) {
     held.push_back(
         registry.listen(&device, [&order, i](const Event&) { order.push_back(i); }));
@@ -172,13 +172,11 @@ BOOST_AUTO_TEST_CASE(type_filters_select) {
   ibv_context device{};
   ibv_srq srq{};
   int port_changes = 0, limits = 0, srq_all = 0;
-  Attachment a = registry.listen(
-      &device, [&](const Event&) { ++port_changes; },
-      EventFilter{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE});
-  Attachment b = registry.attach(
-      &srq, [&](const Event&) { ++limits; },
-      EventFilter{IBV_EVENT_SRQ_LIMIT_REACHED});
-  Attachment c = registry.attach(&srq, [&](const Event&) { ++srq_all; });
+  Handle a = registry.listen(&device, EventFilter{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE},
+                             [&](const Event&) { ++port_changes; });
+  Handle b = registry.attach(&srq, EventFilter{IBV_EVENT_SRQ_LIMIT_REACHED},
+                             [&](const Event&) { ++limits; });
+  Handle c = registry.attach(&srq, [&](const Event&) { ++srq_all; });
   registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
   registry.route(Event::synthesize(&device, IBV_EVENT_GID_CHANGE, ibev::Port{1}));
   registry.route(Event::synthesize(&device, IBV_EVENT_SRQ_ERR, &srq));
@@ -196,9 +194,8 @@ BOOST_DATA_TEST_CASE(a_listener_can_subscribe_to_codes_newer_than_this_build,
   Registry registry;
   ibv_context device{};
   std::vector<int> heard;
-  Attachment newer = registry.listen(
-      &device, [&](const Event& e) { heard.push_back(e.code()); },
-      EventFilter::of_codes({code}));
+  Handle newer = registry.listen(&device, EventFilter::of_codes({code}),
+                                 [&](const Event& e) { heard.push_back(e.code()); });
   registry.route(Event::synthesize(&device, code, ibev::OpaqueElement{7}));
   registry.route(Event::synthesize(&device, code + 1, ibev::OpaqueElement{7}));
   registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
@@ -222,12 +219,12 @@ BOOST_AUTO_TEST_CASE(an_object_hears_its_events_after_a_sibling_leaves) {
   ibv_context device{};
   ibv_qp qp{};
   int first = 0, second = 0;
-  Attachment a = registry.attach(&qp, [&](const Event&) { ++first; });
-  Attachment b = registry.attach(&qp, [&](const Event&) { ++second; });
+  Handle a = registry.attach(&qp, [&](const Event&) { ++first; });
+  Handle b = registry.attach(&qp, [&](const Event&) { ++second; });
   registry.route(Event::synthesize(&device, IBV_EVENT_COMM_EST, &qp));
   a.release();
-  BOOST_TEST(!a.attached());
-  BOOST_TEST(b.attached());
+  BOOST_TEST(!a.active());
+  BOOST_TEST(b.active());
   registry.route(Event::synthesize(&device, IBV_EVENT_COMM_EST, &qp));
   BOOST_TEST(first == 1);
   BOOST_TEST(second == 2);
@@ -242,13 +239,13 @@ BOOST_AUTO_TEST_CASE(handler_attached_after_resolve_does_not_hear_it) {
   ibv_context device{};
   ibv_qp qp{};
   int calls = 0, listener_calls = 0, unclaimed = 0;
-  Attachment observer = registry.on_unclaimed([&](const Event&) { ++unclaimed; });
+  Handle observer = registry.on_unclaimed([&](const Event&) { ++unclaimed; });
   const auto qp_delivery =
       registry.resolve(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp));
   const auto port_delivery = registry.resolve(
       Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
-  Attachment late = registry.attach(&qp, [&](const Event&) { ++calls; });
-  Attachment late_listener =
+  Handle late = registry.attach(&qp, [&](const Event&) { ++calls; });
+  Handle late_listener =
       registry.listen(&device, [&](const Event&) { ++listener_calls; });
   BOOST_TEST(registry.deliver(qp_delivery) == 0u);
   BOOST_TEST(registry.deliver(port_delivery) == 0u);
@@ -262,8 +259,8 @@ BOOST_AUTO_TEST_CASE(handler_released_after_resolve_does_not_hear_it) {
   ibv_context device{};
   ibv_qp qp{};
   int calls = 0, unclaimed = 0;
-  Attachment observer = registry.on_unclaimed([&](const Event&) { ++unclaimed; });
-  Attachment handler = registry.attach(&qp, [&](const Event&) { ++calls; });
+  Handle observer = registry.on_unclaimed([&](const Event&) { ++unclaimed; });
+  Handle handler = registry.attach(&qp, [&](const Event&) { ++calls; });
   const auto delivery =
       registry.resolve(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp));
   handler.release();
@@ -279,12 +276,12 @@ BOOST_AUTO_TEST_CASE(reused_address_never_hears_the_old_objects_event) {
   ibv_context device{};
   ibv_qp slot{};  // one address, two objects' lifetimes
   int old_calls = 0, new_calls = 0;
-  Attachment old_handler =
+  Handle old_handler =
       registry.attach(&slot, [&](const Event&) { ++old_calls; });
   const auto delivery =
       registry.resolve(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &slot));
   old_handler.release();  // old QP destroyed
-  Attachment new_handler =
+  Handle new_handler =
       registry.attach(&slot, [&](const Event&) { ++new_calls; });
   registry.deliver(delivery);
   BOOST_TEST(old_calls == 0);
@@ -316,7 +313,7 @@ BOOST_AUTO_TEST_CASE(release_waits_for_a_running_handler) {
   bool entered = false, may_leave = false;
   std::atomic<bool> handler_done{false}, release_returned{false};
 
-  Attachment handler = registry.attach(&qp, [&](const Event&) {
+  Handle handler = registry.attach(&qp, [&](const Event&) {
     std::unique_lock<std::mutex> lock(mutex);
     entered = true;
     cv.notify_all();
@@ -353,7 +350,7 @@ BOOST_AUTO_TEST_CASE(release_from_inside_the_handler_does_not_deadlock) {
   ibv_context device{};
   ibv_cq cq{};
   int calls = 0;
-  Attachment self;
+  Handle self;
   self = registry.attach(&cq, [&](const Event&) {
     ++calls;
     self.release();
@@ -361,15 +358,15 @@ BOOST_AUTO_TEST_CASE(release_from_inside_the_handler_does_not_deadlock) {
   registry.route(Event::synthesize(&device, IBV_EVENT_CQ_ERR, &cq));
   registry.route(Event::synthesize(&device, IBV_EVENT_CQ_ERR, &cq));
   BOOST_TEST(calls == 1);
-  BOOST_TEST(!self.attached());
+  BOOST_TEST(!self.active());
 }
 
 BOOST_AUTO_TEST_CASE(listener_released_by_a_sibling_during_delivery_is_skipped) {
   Registry registry;
   ibv_context device{};
   int second_calls = 0;
-  Attachment second;
-  Attachment first = registry.listen(&device, [&](const Event&) { second.release(); });
+  Handle second;
+  Handle first = registry.listen(&device, [&](const Event&) { second.release(); });
   second = registry.listen(&device, [&](const Event&) { ++second_calls; });
   BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR,
                                               ibev::Port{1})) == 1u);
@@ -377,14 +374,14 @@ BOOST_AUTO_TEST_CASE(listener_released_by_a_sibling_during_delivery_is_skipped) 
 }
 
 BOOST_AUTO_TEST_CASE(attachment_may_outlive_the_registry) {
-  Attachment survivor;
+  Handle survivor;
   ibv_qp qp{};
   {
     Registry registry;
     survivor = registry.attach(&qp, [](const Event&) {});
   }
   survivor.release();  // must not touch the destroyed registry
-  BOOST_TEST(!survivor.attached());
+  BOOST_TEST(!survivor.active());
 }
 
 BOOST_AUTO_TEST_CASE(move_assignment_releases_the_old_handler) {
@@ -392,7 +389,7 @@ BOOST_AUTO_TEST_CASE(move_assignment_releases_the_old_handler) {
   ibv_context device{};
   ibv_qp qp{};
   int a = 0, b = 0;
-  Attachment handle = registry.attach(&qp, [&](const Event&) { ++a; });
+  Handle handle = registry.attach(&qp, [&](const Event&) { ++a; });
   handle = registry.attach(&qp, [&](const Event&) { ++b; });
   registry.route(Event::synthesize(&device, IBV_EVENT_COMM_EST, &qp));
   BOOST_TEST(a == 0);
@@ -404,20 +401,19 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(failures)
 
 BOOST_AUTO_TEST_CASE(throwing_handler_does_not_stop_delivery) {
-  Registry registry;
+  std::vector<std::string> reported;
+  Registry registry([&](const ibev::Failure& f) {
+    BOOST_TEST((f.kind == ibev::Failure::Kind::kHandlerThrew));
+    BOOST_TEST(*f.event_code == IBV_EVENT_PORT_ERR);
+    reported.push_back(f.what);
+  });
   ibv_context device{};
   int before = 0, after = 0;
-  std::vector<std::string> reported;
-  Attachment observer = registry.on_handler_failure(
-      [&](const Event& e, std::string_view what) {
-        BOOST_TEST(e.code() == IBV_EVENT_PORT_ERR);
-        reported.emplace_back(what);
-      });
-  Attachment a = registry.listen(&device, [&](const Event&) { ++before; });
-  Attachment b = registry.listen(
+  Handle a = registry.listen(&device, [&](const Event&) { ++before; });
+  Handle b = registry.listen(
       &device, [](const Event&) { throw std::runtime_error("handler broke"); });
-  Attachment c = registry.listen(&device, [&](const Event&) { ++after; });
-  Attachment d = registry.listen(&device, [](const Event&) { throw 7; });
+  Handle c = registry.listen(&device, [&](const Event&) { ++after; });
+  Handle d = registry.listen(&device, [](const Event&) { throw 7; });
   for (int i = 0; i < 3; ++i) {
     BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR,
                                                 ibev::Port{1})) == 4u);
@@ -432,21 +428,43 @@ BOOST_AUTO_TEST_CASE(throwing_handler_does_not_stop_delivery) {
   BOOST_TEST(counts.delivered == 3u);
 }
 
-BOOST_AUTO_TEST_CASE(throwing_object_handler_and_observer_are_counted) {
-  Registry registry;
+// A sink that throws loses nothing else: the failure is counted, the other
+// handlers run, and what the sink could not take goes to stderr.
+BOOST_AUTO_TEST_CASE(throwing_object_handler_is_counted_even_when_the_sink_throws) {
+  Registry registry([](const ibev::Failure&) { throw std::runtime_error("sink broke"); });
   ibv_context device{};
   ibv_qp qp{};
   int second = 0;
-  Attachment broken_observer = registry.on_handler_failure(
-      [](const Event&, std::string_view) { throw std::runtime_error("also"); });
-  Attachment a = registry.attach(
+  Handle a = registry.attach(
       &qp, [](const Event&) { throw std::runtime_error("qp handler broke"); });
-  Attachment b = registry.attach(&qp, [&](const Event&) { ++second; });
+  Handle b = registry.attach(&qp, [&](const Event&) { ++second; });
   registry.route(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp));
   BOOST_TEST(second == 1);
-  // The handler's failure, and the observer's own.
-  BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_QP_FATAL)
-                 .handler_failures == 2u);
+  const auto counters = registry.counters(&device);
+  BOOST_TEST(counters.for_code(IBV_EVENT_QP_FATAL).handler_failures == 1u);
+  BOOST_TEST(counters.failures() == 1u);
+}
+
+// One record for every kind of failure: what a verb's failure carries.
+BOOST_AUTO_TEST_CASE(reported_failures_reach_the_sink_with_errno_and_are_counted) {
+  std::vector<ibev::Failure> seen;
+  Registry registry([&](const ibev::Failure& f) { seen.push_back(f); });
+  ibv_context device{};
+  ibv_cq cq{};
+  ibev::Failure failure = ibev::Failure::verb_failed("ibv_poll_cq", -EIO);
+  failure.device = &device;
+  failure.object = &cq;
+  registry.report(failure);
+  ibev::Failure threw = ibev::Failure::handler_threw("completion handler", "boom");
+  threw.device = &device;
+  registry.report(threw);
+  BOOST_REQUIRE(seen.size() == 2u);
+  BOOST_TEST(seen[0].error == std::error_code(EIO, std::generic_category()));
+  BOOST_TEST(ibev::describe(seen[0]).find("ibv_poll_cq") != std::string::npos);
+  const auto counters = registry.counters(&device);
+  BOOST_TEST(counters.failures() == 2u);
+  BOOST_TEST(counters.completion_handler_failures() == 1u);
+  BOOST_TEST(counters.total().handler_failures == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -490,8 +508,6 @@ BOOST_AUTO_TEST_CASE(null_objects_and_handlers) {
                  "the handler is empty");
   expect_invalid([&] { (void)registry.on_unclaimed(ibev::Handler{}); },
                  "the handler is empty");
-  expect_invalid([&] { (void)registry.on_handler_failure(ibev::FailureHandler{}); },
-                 "the handler is empty");
   ibv_async_event raw{};
   raw.event_type = IBV_EVENT_PORT_ERR;
   raw.element.port_num = 1;
@@ -506,17 +522,17 @@ BOOST_AUTO_TEST_CASE(filters_for_the_wrong_kind_of_object) {
   ibv_cq cq{};
   auto noop = [](const Event&) {};
   expect_invalid(
-      [&] { (void)registry.attach(&qp, noop, EventFilter{IBV_EVENT_CQ_ERR}); },
+      [&] { (void)registry.attach(&qp, EventFilter{IBV_EVENT_CQ_ERR}, noop); },
       "IBV_EVENT_CQ_ERR is a cq event and never reaches a qp handler");
   expect_invalid(
-      [&] { (void)registry.attach(&cq, noop, EventFilter{IBV_EVENT_PORT_ERR}); },
+      [&] { (void)registry.attach(&cq, EventFilter{IBV_EVENT_PORT_ERR}, noop); },
       "IBV_EVENT_PORT_ERR is a port event");
   expect_invalid(
-      [&] { (void)registry.attach(&cq, noop, EventFilter().on_port(1)); },
+      [&] { (void)registry.attach(&cq, EventFilter().on_port(1), noop); },
       "a port filter means nothing");
   expect_invalid(
       [&] {
-        (void)registry.listen(&device, noop, EventFilter{IBV_EVENT_QP_FATAL});
+        (void)registry.listen(&device, EventFilter{IBV_EVENT_QP_FATAL}, noop);
       },
       "IBV_EVENT_QP_FATAL is a qp event; it reaches only that object's handlers");
 }
@@ -533,9 +549,79 @@ BOOST_AUTO_TEST_CASE(newer_codes_are_device_events_not_object_events) {
   ibv_qp qp{};
   expect_invalid(
       [&] {
-        (void)registry.attach(&qp, [](const Event&) {}, EventFilter::of_codes({20}));
+        (void)registry.attach(&qp, EventFilter::of_codes({20}), [](const Event&) {});
       },
       "event code 20 is a device event and never reaches a qp handler");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(executors)
+
+// A queue standing in for an application's executor.
+struct ManualExecutor {
+  std::vector<ibev::Task> tasks;
+  ibev::Executor executor() {
+    return [this](ibev::Task task) { tasks.push_back(std::move(task)); };
+  }
+  void run_all() {
+    auto ready = std::move(tasks);
+    tasks.clear();
+    for (auto& task : ready) task();
+  }
+};
+
+// Resolve and delivery stay where deliver() is called; only the handler's
+// call moves, and it sees the event as resolved, in order.
+BOOST_AUTO_TEST_CASE(handlers_with_an_executor_run_there_in_order) {
+  Registry registry;
+  ManualExecutor executor;
+  ibv_context device{};
+  ibv_qp qp{};
+  std::vector<int> heard;
+  Handle listener = registry.listen(&device, EventFilter{},
+                                    [&](const Event& e) { heard.push_back(e.code()); },
+                                    executor.executor());
+  Handle handler = registry.attach(&qp, EventFilter{},
+                                   [&](const Event& e) { heard.push_back(e.code()); },
+                                   executor.executor());
+  BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1})) == 1u);
+  BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp)) == 1u);
+  BOOST_TEST(heard.empty());
+  BOOST_TEST(executor.tasks.size() == 2u);
+  executor.run_all();
+  BOOST_TEST(heard == (std::vector<int>{IBV_EVENT_PORT_ERR, IBV_EVENT_QP_FATAL}));
+}
+
+// The release rule holds on the executor: a handler released before its task
+// runs is never called, so its captures may be gone by then.
+BOOST_AUTO_TEST_CASE(a_handler_released_before_its_task_runs_is_not_called) {
+  Registry registry;
+  ManualExecutor executor;
+  ibv_context device{};
+  int calls = 0;
+  Handle listener = registry.listen(&device, EventFilter{}, [&](const Event&) { ++calls; },
+                                    executor.executor());
+  registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
+  listener.release();
+  executor.run_all();
+  BOOST_TEST(calls == 0);
+}
+
+// A handler that throws on its executor is reported like any other.
+BOOST_AUTO_TEST_CASE(a_throw_on_the_executor_reaches_the_sink) {
+  std::vector<ibev::Failure> seen;
+  Registry registry([&](const ibev::Failure& f) { seen.push_back(f); });
+  ManualExecutor executor;
+  ibv_context device{};
+  Handle listener = registry.listen(
+      &device, EventFilter{}, [](const Event&) { throw std::runtime_error("late"); },
+      executor.executor());
+  registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
+  executor.run_all();
+  BOOST_REQUIRE(seen.size() == 1u);
+  BOOST_TEST(seen[0].what == "late");
+  BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_PORT_ERR).handler_failures == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

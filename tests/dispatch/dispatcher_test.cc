@@ -2,6 +2,9 @@
 // and restart, a vanished device, and bad input. Real devices: tests/softroce.
 #define BOOST_TEST_MODULE ibev_dispatch_dispatcher
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include <ibev/dispatch/dispatcher.h>
+#include <ibev/dispatch/worker_thread.h>
 
 using namespace std::chrono_literals;
 using ibev::Dispatcher;
@@ -58,15 +62,20 @@ void expect_throw(const std::function<void()>& call, const std::string& fragment
   }
 }
 
+Dispatcher::Options collecting(std::vector<ibev::Failure>& failures,
+                               std::chrono::milliseconds stall_after = 0ms) {
+  Dispatcher::Options options;
+  options.on_failure = [&failures](const ibev::Failure& f) { failures.push_back(f); };
+  options.stall_after = stall_after;
+  return options;
+}
+
 struct Fixture {
-  Registry registry;
   ibv_context device{};
   ibv_qp qp{};
-  std::vector<std::string> errors;
-  Dispatcher dispatcher{registry, Dispatcher::Options{
-                                      16, [this](std::string_view what) {
-                                        errors.emplace_back(what);
-                                      }}};
+  std::vector<ibev::Failure> errors;
+  Dispatcher dispatcher{collecting(errors)};
+  Registry& registry = dispatcher.registry();
 };
 
 }  // namespace
@@ -75,7 +84,7 @@ BOOST_FIXTURE_TEST_SUITE(injection, Fixture)
 
 BOOST_AUTO_TEST_CASE(delivered_by_run_once_on_the_calling_thread) {
   std::vector<std::thread::id> ran_on;
-  ibev::Attachment handler = registry.attach(&qp, [&](const Event& e) {
+  ibev::Handle handler = registry.attach(&qp, [&](const Event& e) {
     BOOST_TEST(e.synthesized());
     BOOST_TEST(dispatcher.in_dispatcher_thread());
     ran_on.push_back(std::this_thread::get_id());
@@ -94,7 +103,7 @@ BOOST_AUTO_TEST_CASE(delivered_by_run_once_on_the_calling_thread) {
 BOOST_AUTO_TEST_CASE(delivered_on_the_dispatcher_thread) {
   Counter delivered;
   std::atomic<bool> on_dispatcher{false};
-  ibev::Attachment listener = registry.listen(&device, [&](const Event& e) {
+  ibev::Handle listener = registry.listen(&device, [&](const Event& e) {
     BOOST_TEST(e.port().value() == 2);
     on_dispatcher = dispatcher.in_dispatcher_thread();
     delivered.bump();
@@ -110,13 +119,13 @@ BOOST_AUTO_TEST_CASE(resolved_when_injected_not_when_delivered) {
   // The object is destroyed and a new one takes its address before the
   // dispatcher delivers: the new object must not hear the old one's event.
   int old_calls = 0, new_calls = 0, unclaimed = 0;
-  ibev::Attachment observer =
+  ibev::Handle observer =
       registry.on_unclaimed([&](const Event&) { ++unclaimed; });
-  ibev::Attachment old_handler =
+  ibev::Handle old_handler =
       registry.attach(&qp, [&](const Event&) { ++old_calls; });
   dispatcher.inject(&device, IBV_EVENT_QP_FATAL, &qp);
   old_handler.release();
-  ibev::Attachment new_handler =
+  ibev::Handle new_handler =
       registry.attach(&qp, [&](const Event&) { ++new_calls; });
   dispatcher.run_once(100ms);
   BOOST_TEST(old_calls == 0);
@@ -126,9 +135,9 @@ BOOST_AUTO_TEST_CASE(resolved_when_injected_not_when_delivered) {
 
 BOOST_AUTO_TEST_CASE(a_throwing_handler_does_not_stop_dispatch) {
   int after = 0;
-  ibev::Attachment broken = registry.attach(
+  ibev::Handle broken = registry.attach(
       &qp, [](const Event&) { throw std::runtime_error("handler broke"); });
-  ibev::Attachment fine = registry.attach(&qp, [&](const Event&) { ++after; });
+  ibev::Handle fine = registry.attach(&qp, [&](const Event&) { ++after; });
   dispatcher.inject(&device, IBV_EVENT_PATH_MIG, &qp);
   dispatcher.inject(&device, IBV_EVENT_PATH_MIG_ERR, &qp);
   dispatcher.run_once(100ms);
@@ -153,7 +162,7 @@ BOOST_FIXTURE_TEST_SUITE(thread_rules, Fixture)
 
 BOOST_AUTO_TEST_CASE(stop_returns_promptly_and_restart_works) {
   Counter delivered;
-  ibev::Attachment listener =
+  ibev::Handle listener =
       registry.listen(&device, [&](const Event&) { delivered.bump(); });
   for (int round = 1; round <= 3; ++round) {
     dispatcher.start();
@@ -184,7 +193,7 @@ BOOST_AUTO_TEST_CASE(one_driver_at_a_time) {
 
 BOOST_AUTO_TEST_CASE(stop_from_inside_a_handler) {
   Counter delivered;
-  ibev::Attachment listener = registry.listen(&device, [&](const Event&) {
+  ibev::Handle listener = registry.listen(&device, [&](const Event&) {
     dispatcher.stop();  // asks; cannot join itself
     delivered.bump();
   });
@@ -199,7 +208,7 @@ BOOST_AUTO_TEST_CASE(stop_from_inside_a_handler) {
   BOOST_TEST(!dispatcher.running());
   listener.release();
   Counter again;
-  ibev::Attachment second =
+  ibev::Handle second =
       registry.listen(&device, [&](const Event&) { again.bump(); });
   dispatcher.start();
   dispatcher.inject(&device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1});
@@ -218,9 +227,9 @@ BOOST_AUTO_TEST_CASE(a_vanished_device_is_reported_once_and_unwatched) {
   BOOST_REQUIRE(::pipe(pipe_fds) == 0);
   device.async_fd = pipe_fds[0];
   std::vector<Event> heard;
-  ibev::Attachment listener =
+  ibev::Handle listener =
       registry.listen(&device, [&](const Event& e) { heard.push_back(e); });
-  ibev::Watch watch = dispatcher.watch(&device);
+  ibev::Handle watch = dispatcher.watch_async_events(&device);
 
   ::close(pipe_fds[1]);
   dispatcher.run_once(1000ms);
@@ -228,7 +237,9 @@ BOOST_AUTO_TEST_CASE(a_vanished_device_is_reported_once_and_unwatched) {
   BOOST_TEST(heard[0].code() == IBV_EVENT_DEVICE_FATAL);
   BOOST_TEST(heard[0].synthesized());
   BOOST_TEST(dispatcher.stats().devices_lost == 1u);
-  BOOST_TEST(errors.size() == 1u);
+  BOOST_REQUIRE(errors.size() == 1u);
+  BOOST_TEST((errors[0].kind == ibev::Failure::Kind::kDeviceLost));
+  BOOST_TEST(errors[0].device == &device);
 
   // No longer watched: the hung-up fd does not wake the loop again.
   BOOST_TEST(dispatcher.run_once(50ms) == 0u);
@@ -241,14 +252,14 @@ BOOST_AUTO_TEST_CASE(watch_refuses_bad_input) {
   int pipe_fds[2];
   BOOST_REQUIRE(::pipe(pipe_fds) == 0);
   device.async_fd = pipe_fds[0];
-  expect_throw<std::invalid_argument>([&] { (void)dispatcher.watch(nullptr); },
-                                      "Dispatcher::watch: the device is null");
-  ibev::Watch watch = dispatcher.watch(&device);
+  expect_throw<std::invalid_argument>([&] { (void)dispatcher.watch_async_events(nullptr); },
+                                      "Dispatcher::watch_async_events: the device is null");
+  ibev::Handle watch = dispatcher.watch_async_events(&device);
   BOOST_TEST(watch.active());
-  expect_throw<std::invalid_argument>([&] { (void)dispatcher.watch(&device); },
+  expect_throw<std::invalid_argument>([&] { (void)dispatcher.watch_async_events(&device); },
                                       "watched already");
   watch.release();
-  ibev::Watch again = dispatcher.watch(&device);  // released, so allowed
+  ibev::Handle again = dispatcher.watch_async_events(&device);  // released, so allowed
   BOOST_TEST(again.active());
   again.release();
   ::close(pipe_fds[0]);
@@ -256,39 +267,38 @@ BOOST_AUTO_TEST_CASE(watch_refuses_bad_input) {
 
   ibv_context closed{};
   closed.async_fd = 1'000'000;  // not an open fd
-  expect_throw<std::system_error>([&] { (void)dispatcher.watch(&closed); },
+  expect_throw<std::system_error>([&] { (void)dispatcher.watch_async_events(&closed); },
                                   "fcntl");
 }
 
 BOOST_AUTO_TEST_CASE(watch_completions_refuses_bad_input) {
-  ibv_comp_channel channel{}, other{};
+  ibv_comp_channel channel{};
   ibv_cq cq{};
-  cq.channel = &other;
   auto noop = [](const ibev::CompletionBatch&) {};
+  const ibev::CompletionOptions defaults;
   expect_throw<std::invalid_argument>(
-      [&] { (void)dispatcher.watch_completions(nullptr, &cq, noop); }, "null");
+      [&] { (void)dispatcher.watch_completions(nullptr, defaults, noop); }, "null");
   expect_throw<std::invalid_argument>(
-      [&] {
-        (void)dispatcher.watch_completions(&channel, &cq, ibev::CompletionHandler{});
-      },
-      "the handler is empty");
-  expect_throw<std::invalid_argument>(
-      [&] { (void)dispatcher.watch_completions(&channel, &cq, noop); },
-      "not created on this channel");
+      [&] { (void)dispatcher.watch_completions(&cq, defaults, noop); },
+      "the CQ has no completion channel");
   cq.channel = &channel;
   expect_throw<std::invalid_argument>(
-      [&] {
-        (void)dispatcher.watch_completions(&channel, &cq, noop,
-                                           ibev::CompletionOptions{0, 16, false, {}});
-      },
-      "ack_batch");
+      [&] { (void)dispatcher.watch_completions(&cq, defaults, ibev::CompletionHandler{}); },
+      "the handler is empty");
+  ibev::CompletionOptions options;
+  options.mode = ibev::CompletionMode::kPolled;
   expect_throw<std::invalid_argument>(
-      [&] {
-        (void)dispatcher.watch_completions(
-            &channel, &cq, noop,
-            ibev::CompletionOptions{1, 16, false, std::chrono::seconds(2)});
-      },
-      "poll_budget");
+      [&] { (void)dispatcher.watch_completions(&cq, options, noop); },
+      "a kPolled CQ is polled by the application");
+  options = {};
+  options.ack_batch = 0;
+  expect_throw<std::invalid_argument>(
+      [&] { (void)dispatcher.watch_completions(&cq, options, noop); }, "ack_batch");
+  options = {};
+  options.mode = ibev::CompletionMode::kAdaptive;
+  options.poll_budget = std::chrono::seconds(2);
+  expect_throw<std::invalid_argument>(
+      [&] { (void)dispatcher.watch_completions(&cq, options, noop); }, "poll_budget");
 }
 
 BOOST_AUTO_TEST_CASE(a_watch_may_outlive_its_dispatcher) {
@@ -296,10 +306,10 @@ BOOST_AUTO_TEST_CASE(a_watch_may_outlive_its_dispatcher) {
   BOOST_REQUIRE(::pipe(pipe_fds) == 0);
   ibv_context other{};
   other.async_fd = pipe_fds[0];
-  ibev::Watch survivor;
+  ibev::Handle survivor;
   {
-    Dispatcher short_lived(registry);
-    survivor = short_lived.watch(&other);
+    Dispatcher short_lived;
+    survivor = short_lived.watch_async_events(&other);
   }
   survivor.release();
   BOOST_TEST(!survivor.active());
@@ -308,3 +318,248 @@ BOOST_AUTO_TEST_CASE(a_watch_may_outlive_its_dispatcher) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Any fd an RDMA application also waits on, served in the same loop.
+BOOST_FIXTURE_TEST_SUITE(application_fds, Fixture)
+
+struct EventFd {
+  EventFd() : fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) { BOOST_REQUIRE(fd >= 0); }
+  ~EventFd() { ::close(fd); }
+  void signal() const {
+    const std::uint64_t one = 1;
+    BOOST_REQUIRE(::write(fd, &one, sizeof one) == sizeof one);
+  }
+  std::uint64_t drain() const {
+    std::uint64_t value = 0;
+    return ::read(fd, &value, sizeof value) == sizeof value ? value : 0;
+  }
+  int fd;
+};
+
+// Level-triggered, one call per turn: the handler reads when it likes, and is
+// called again while the fd stays readable.
+BOOST_AUTO_TEST_CASE(an_fd_is_served_each_turn_while_ready) {
+  EventFd efd;
+  int calls = 0;
+  std::uint32_t seen = 0;
+  ibev::Handle handle = dispatcher.watch_fd(efd.fd, EPOLLIN, [&](std::uint32_t revents) {
+    seen = revents;
+    ++calls;
+  });
+  BOOST_TEST(dispatcher.run_once(0ms) == 0u);
+  efd.signal();
+  dispatcher.run_once(100ms);
+  dispatcher.run_once(100ms);
+  BOOST_TEST(calls == 2);  // not read yet: still ready
+  BOOST_TEST((seen & EPOLLIN) != 0u);
+  BOOST_TEST(efd.drain() == 1u);
+  dispatcher.run_once(0ms);
+  BOOST_TEST(calls == 2);
+  BOOST_TEST(dispatcher.stats().fd_events == 2u);
+  handle.release();
+  efd.signal();
+  BOOST_TEST(dispatcher.run_once(0ms) == 0u);
+  BOOST_TEST(calls == 2);
+}
+
+// A timerfd beside the RDMA sources, on the dispatcher's own thread.
+BOOST_AUTO_TEST_CASE(a_timerfd_fires_on_the_dispatcher_thread) {
+  const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  BOOST_REQUIRE(timer >= 0);
+  itimerspec spec{};
+  spec.it_value.tv_nsec = 5'000'000;
+  spec.it_interval.tv_nsec = 5'000'000;
+  BOOST_REQUIRE(::timerfd_settime(timer, 0, &spec, nullptr) == 0);
+  Counter ticks;
+  std::atomic<bool> on_dispatcher{true};
+  ibev::Handle handle = dispatcher.watch_fd(timer, EPOLLIN, [&](std::uint32_t) {
+    std::uint64_t expirations;
+    if (::read(timer, &expirations, sizeof expirations) == sizeof expirations) {
+      on_dispatcher = on_dispatcher && dispatcher.in_dispatcher_thread();
+      ticks.bump();
+    }
+  });
+  dispatcher.start();
+  BOOST_TEST(ticks.wait_for(5));
+  dispatcher.stop();
+  handle.release();
+  BOOST_TEST(on_dispatcher.load());
+  ::close(timer);
+}
+
+// On an executor the fd waits for the handler's call: the loop does not spin
+// on an fd the executor has not read yet.
+BOOST_AUTO_TEST_CASE(an_fd_on_an_executor_is_not_served_again_until_its_call_returns) {
+  EventFd efd;
+  std::vector<ibev::Task> queued;
+  int calls = 0;
+  ibev::Handle handle = dispatcher.watch_fd(
+      efd.fd, EPOLLIN,
+      [&](std::uint32_t) {
+        ++calls;
+        efd.drain();
+      },
+      [&](ibev::Task task) { queued.push_back(std::move(task)); });
+  efd.signal();
+  dispatcher.run_once(100ms);
+  BOOST_TEST(dispatcher.run_once(0ms) == 0u);  // out of the interest set
+  BOOST_TEST(queued.size() == 1u);
+  BOOST_TEST(calls == 0);
+  queued.front()();
+  queued.clear();
+  BOOST_TEST(calls == 1);
+  efd.signal();
+  dispatcher.run_once(100ms);  // re-armed by the call
+  BOOST_TEST(queued.size() == 1u);
+  handle.release();
+  queued.front()();  // released before it ran: not called
+  BOOST_TEST(calls == 1);
+}
+
+BOOST_AUTO_TEST_CASE(watch_fd_refuses_bad_input_and_reports_a_throwing_handler) {
+  EventFd efd;
+  auto noop = [](std::uint32_t) {};
+  expect_throw<std::invalid_argument>([&] { (void)dispatcher.watch_fd(-1, EPOLLIN, noop); },
+                                      "negative");
+  expect_throw<std::invalid_argument>([&] { (void)dispatcher.watch_fd(efd.fd, 0, noop); },
+                                      "no events");
+  expect_throw<std::invalid_argument>(
+      [&] { (void)dispatcher.watch_fd(efd.fd, EPOLLIN, ibev::FdHandler{}); }, "empty");
+  expect_throw<std::invalid_argument>(
+      [&] { (void)dispatcher.watch_fd(efd.fd, EPOLLIN | EPOLLET, noop); }, "level-triggered");
+  expect_throw<std::system_error>([&] { (void)dispatcher.watch_fd(1'000'000, EPOLLIN, noop); },
+                                  "fcntl");
+  ibev::Handle handle = dispatcher.watch_fd(efd.fd, EPOLLIN, [&](std::uint32_t) {
+    efd.drain();
+    throw std::runtime_error("fd handler broke");
+  });
+  expect_throw<std::invalid_argument>([&] { (void)dispatcher.watch_fd(efd.fd, EPOLLIN, noop); },
+                                      "watched already");
+  efd.signal();
+  dispatcher.run_once(100ms);
+  BOOST_REQUIRE(errors.size() == 1u);
+  BOOST_TEST((errors[0].kind == ibev::Failure::Kind::kHandlerThrew));
+  BOOST_TEST(errors[0].what.find("fd handler broke") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(posted_tasks_run_on_the_dispatching_thread_in_order) {
+  std::vector<int> order;
+  dispatcher.post([&] { order.push_back(1); });
+  dispatcher.post([&] { throw std::runtime_error("task broke"); });
+  dispatcher.post([&] { order.push_back(3); });
+  BOOST_TEST(order.empty());
+  dispatcher.run_once(100ms);
+  BOOST_TEST(order == (std::vector<int>{1, 3}));
+  BOOST_TEST(errors.size() == 1u);
+  expect_throw<std::invalid_argument>([&] { dispatcher.post(ibev::Task{}); }, "empty");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// An application that forgets start() used to see nothing at all.
+BOOST_AUTO_TEST_SUITE(watchdog)
+
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+BOOST_AUTO_TEST_CASE(events_waiting_without_a_dispatch_are_reported_once) {
+  std::mutex mutex;
+  std::vector<ibev::Failure> failures;
+  Dispatcher::Options options;
+  options.stall_after = 50ms;
+  options.on_failure = [&](const ibev::Failure& f) {
+    std::lock_guard<std::mutex> lock(mutex);
+    failures.push_back(f);
+  };
+  Dispatcher dispatcher(options);
+  ibv_context device{};
+  dispatcher.inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});  // and no start()
+  const auto count = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return failures.size();
+  };
+  BOOST_REQUIRE(wait_until([&] { return count() >= 1; }));
+  std::this_thread::sleep_for(200ms);  // still waiting: said once, not every look
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    BOOST_REQUIRE(failures.size() == 1u);
+    BOOST_TEST((failures[0].kind == ibev::Failure::Kind::kUndispatched));
+    BOOST_TEST(failures[0].what.find("call start()") != std::string::npos, failures[0].what);
+  }
+  dispatcher.run_once(0ms);  // dispatched: nothing more to say
+  std::this_thread::sleep_for(200ms);
+  BOOST_TEST(count() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_handler_holding_the_dispatching_thread_is_reported) {
+  std::mutex mutex;
+  std::vector<ibev::Failure> failures;
+  Dispatcher::Options options;
+  options.stall_after = 50ms;
+  options.on_failure = [&](const ibev::Failure& f) {
+    std::lock_guard<std::mutex> lock(mutex);
+    failures.push_back(f);
+  };
+  Dispatcher dispatcher(options);
+  std::atomic<bool> done{false};
+  dispatcher.post([&] {
+    std::this_thread::sleep_for(300ms);
+    done = true;
+  });
+  dispatcher.start();
+  BOOST_REQUIRE(wait_until([&] { return done.load(); }));
+  dispatcher.stop();
+  std::lock_guard<std::mutex> lock(mutex);
+  BOOST_REQUIRE(failures.size() == 1u);
+  BOOST_TEST((failures[0].kind == ibev::Failure::Kind::kStalled));
+}
+
+// A dispatcher serving promptly says nothing.
+BOOST_AUTO_TEST_CASE(a_dispatcher_that_keeps_up_is_quiet) {
+  std::atomic<int> failures{0};
+  Dispatcher::Options options;
+  options.stall_after = 50ms;
+  options.on_failure = [&](const ibev::Failure&) { ++failures; };
+  Dispatcher dispatcher(options);
+  ibv_context device{};
+  Counter heard;
+  ibev::Handle listener =
+      dispatcher.registry().listen(&device, [&](const Event&) { heard.bump(); });
+  dispatcher.start();
+  for (int i = 1; i <= 20; ++i) {
+    dispatcher.inject(&device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1});
+    BOOST_REQUIRE(heard.wait_for(i));
+    std::this_thread::sleep_for(10ms);
+  }
+  dispatcher.stop();
+  BOOST_TEST(failures.load() == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(a_worker_thread_runs_tasks_in_order_and_drains_on_destruction) {
+  std::vector<int> order;
+  std::vector<ibev::Failure> failures;
+  {
+    ibev::WorkerThread worker([&](const ibev::Failure& f) { failures.push_back(f); });
+    ibev::Executor executor = worker.executor();
+    for (int i = 0; i < 100; ++i) {
+      executor([&order, i, &worker] {
+        BOOST_TEST(worker.in_worker_thread());
+        order.push_back(i);
+      });
+    }
+    worker.post([] { throw std::runtime_error("task broke"); });
+    worker.post([&order] { order.push_back(100); });
+  }
+  BOOST_REQUIRE(order.size() == 101u);
+  for (int i = 0; i <= 100; ++i) BOOST_TEST(order[i] == i);
+  BOOST_REQUIRE(failures.size() == 1u);
+  BOOST_TEST(failures[0].what == "task broke");
+}

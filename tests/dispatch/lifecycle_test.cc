@@ -75,8 +75,7 @@ int in_child(const std::function<int()>& child) {
 // The thread handle used to be joined unsynchronised: two stops at once hung
 // in pthread_join or threw EINVAL.
 BOOST_AUTO_TEST_CASE(stop_from_two_threads_at_once) {
-  Registry registry;
-  Dispatcher dispatcher(registry);
+  Dispatcher dispatcher;
   for (int round = 0; round < 300; ++round) {
     dispatcher.start();
     std::promise<void> go;
@@ -96,12 +95,12 @@ BOOST_AUTO_TEST_CASE(stop_from_two_threads_at_once) {
 // start() used to publish the thread handle after the thread ran: a stop()
 // asked by the very first handler could find "no thread" and be lost.
 BOOST_AUTO_TEST_CASE(a_stop_asked_by_the_first_handler_is_never_lost) {
-  Registry registry;
   ibv_context device{};
   for (int round = 0; round < 1000; ++round) {
-    Dispatcher dispatcher(registry);
+    Dispatcher dispatcher;
+    Registry& registry = dispatcher.registry();
     std::promise<void> heard;
-    ibev::Attachment stopper = registry.listen(&device, [&](const Event&) {
+    ibev::Handle stopper = registry.listen(&device, [&](const Event&) {
       dispatcher.stop();
       heard.set_value();
     });
@@ -115,13 +114,13 @@ BOOST_AUTO_TEST_CASE(a_stop_asked_by_the_first_handler_is_never_lost) {
 
 // It used to call std::terminate (the thread joining itself).
 BOOST_AUTO_TEST_CASE(destroying_the_dispatcher_from_its_own_handler) {
-  Registry registry;
   ibv_context device{};
   FakeDevice fake;
-  auto dispatcher = std::make_unique<Dispatcher>(registry);
-  ibev::Watch watch = dispatcher->watch(&fake.context);
+  auto dispatcher = std::make_unique<Dispatcher>();
+  Registry& registry = dispatcher->registry();
+  ibev::Handle watch = dispatcher->watch_async_events(&fake.context);
   std::promise<void> done;
-  ibev::Attachment destroyer = registry.listen(&device, [&](const Event&) {
+  ibev::Handle destroyer = registry.listen(&device, [&](const Event&) {
     dispatcher.reset();
     done.set_value();  // the handler goes on after its Dispatcher is gone
   });
@@ -135,11 +134,13 @@ BOOST_AUTO_TEST_CASE(destroying_the_dispatcher_from_its_own_handler) {
 }
 
 BOOST_AUTO_TEST_CASE(stop_waits_for_the_running_handler) {
-  Registry registry;
   ibv_context device{};
-  Dispatcher dispatcher(registry);
+  Dispatcher::Options options;
+  options.stall_after = 0ms;  // the handler blocks on purpose
+  Dispatcher dispatcher(options);
+  Registry& registry = dispatcher.registry();
   std::atomic<bool> in_handler{false}, handler_done{false};
-  ibev::Attachment slow = registry.listen(&device, [&](const Event&) {
+  ibev::Handle slow = registry.listen(&device, [&](const Event&) {
     in_handler = true;
     std::this_thread::sleep_for(200ms);
     handler_done = true;
@@ -154,12 +155,11 @@ BOOST_AUTO_TEST_CASE(stop_waits_for_the_running_handler) {
 // A Watch kept past its Dispatcher used to leave the fd non-blocking although
 // the header promised its flags back.
 BOOST_AUTO_TEST_CASE(destruction_gives_every_fd_its_flags_back) {
-  Registry registry;
   FakeDevice fake;
-  ibev::Watch watch;
+  ibev::Handle watch;
   {
-    Dispatcher dispatcher(registry);
-    watch = dispatcher.watch(&fake.context);
+    Dispatcher dispatcher;
+    watch = dispatcher.watch_async_events(&fake.context);
     BOOST_REQUIRE(fake.nonblocking());
   }
   BOOST_TEST(!fake.nonblocking());
@@ -169,19 +169,18 @@ BOOST_AUTO_TEST_CASE(destruction_gives_every_fd_its_flags_back) {
 
 // Injected events still queued vanished uncounted.
 BOOST_AUTO_TEST_CASE(injected_events_never_dispatched_are_reported) {
-  Registry registry;
   ibv_context device{};
   std::vector<std::string> errors;
   {
     Dispatcher::Options options;
-    options.on_error = [&](std::string_view what) { errors.emplace_back(what); };
-    Dispatcher dispatcher(registry, options);
+    options.on_failure = [&](const ibev::Failure& f) { errors.push_back(ibev::describe(f)); };
+    Dispatcher dispatcher(options);
     for (int i = 0; i < 3; ++i) {
       dispatcher.inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});
     }
   }
   BOOST_REQUIRE(errors.size() == 1u);
-  BOOST_TEST(errors[0].find("3 injected event(s) never dispatched") != std::string::npos,
+  BOOST_TEST(errors[0].find("3 posted task(s) or injected event(s) never dispatched") != std::string::npos,
              errors[0]);
 }
 
@@ -190,10 +189,9 @@ BOOST_AUTO_TEST_CASE(injected_events_never_dispatched_are_reported) {
 // parent's epoll set and make its fd blocking, and the parent never heard
 // that device again.
 BOOST_AUTO_TEST_CASE(a_forked_child_leaves_the_parents_loop_alone) {
-  Registry registry;
   FakeDevice fake;
-  auto dispatcher = std::make_unique<Dispatcher>(registry);
-  ibev::Watch watch = dispatcher->watch(&fake.context);
+  auto dispatcher = std::make_unique<Dispatcher>();
+  ibev::Handle watch = dispatcher->watch_async_events(&fake.context);
   dispatcher->start();
   const int status = in_child([&] {
     watch.release();
@@ -220,13 +218,12 @@ BOOST_AUTO_TEST_CASE(a_forked_child_leaves_the_parents_loop_alone) {
 // application closed while watched went silent unnoticed. What can be seen,
 // at the latest when the watch is released, is said.
 BOOST_AUTO_TEST_CASE(an_fd_closed_behind_the_dispatchers_back_is_reported) {
-  Registry registry;
   std::vector<std::string> errors;
   Dispatcher::Options options;
-  options.on_error = [&](std::string_view what) { errors.emplace_back(what); };
-  Dispatcher dispatcher(registry, options);
+  options.on_failure = [&](const ibev::Failure& f) { errors.push_back(ibev::describe(f)); };
+  Dispatcher dispatcher(options);
   FakeDevice fake;
-  ibev::Watch watch = dispatcher.watch(&fake.context);
+  ibev::Handle watch = dispatcher.watch_async_events(&fake.context);
   fake.close_async_fd();
   watch.release();
   BOOST_REQUIRE(errors.size() == 1u);

@@ -61,7 +61,7 @@ class Completions {
 struct Link {
   Env env{test_device()};
   std::array<char, 64 * 256> buffer{};
-  std::unique_ptr<MemoryRegion> mr = MemoryRegion::create(
+  std::shared_ptr<MemoryRegion> mr = MemoryRegion::create(
       env.pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
   char* slot(int i) { return buffer.data() + 64 * (i % 256); }
 
@@ -81,7 +81,10 @@ struct Link {
     options.cqe = cqe;
     options.completion.ack_batch = ack_batch;
     options.completion.solicited_only = solicited_only;
-    options.completion.poll_budget = poll_budget;
+    if (poll_budget.count() > 0) {
+      options.completion.mode = CompletionMode::kAdaptive;
+      options.completion.poll_budget = poll_budget;
+    }
     return CompletionQueue::create(env.device, std::move(handler), nullptr, options);
   }
 };
@@ -371,7 +374,7 @@ class Gate {
 void expect_dispatcher_alive(Env& env) {
   Recorder heard;
   ibv_context* device = env.device->context();
-  Attachment probe = env.registry.listen(device, heard.as("probe"));
+  Handle probe = env.registry.listen(device, heard.as("probe"));
   env.dispatcher.inject(device, IBV_EVENT_SM_CHANGE, Port{1});
   BOOST_TEST(heard.wait_for("probe", 1));
 }
@@ -389,8 +392,8 @@ BOOST_AUTO_TEST_CASE(a_cq_in_its_own_cq_err_handler) {
     Gate setup_done;
     CompletionQueue::Options one_entry;
     one_entry.cqe = 1;
-    doomed.cq = CompletionQueue::create(
-        link.env.device, nullptr,
+    doomed.cq = CompletionQueue::create_polled(
+        link.env.device,
         [&](const Event& e) {
           if (e.code() != IBV_EVENT_CQ_ERR || destroyed) return;
           setup_done.wait();

@@ -40,7 +40,7 @@ struct Buffers {
       : mr(MemoryRegion::create(pd, bytes.data(), bytes.size(), IBV_ACCESS_LOCAL_WRITE)) {}
   char* slot(int i) { return bytes.data() + 64 * i; }
   std::array<char, 256> bytes{};
-  std::unique_ptr<MemoryRegion> mr;
+  std::shared_ptr<MemoryRegion> mr;
 };
 
 // One message from `from` (sending from slot `send`) to `to` (receiving into
@@ -258,7 +258,7 @@ struct Fd {
 // (ibv_rc_pingpong's rule), until kIters each way.
 struct Pingpong {
   std::shared_ptr<QueuePair> qp;
-  std::unique_ptr<MemoryRegion> mr;
+  std::shared_ptr<MemoryRegion> mr;
   std::array<char, 2 * kSize> buffer{};
   std::atomic<int> sent{0}, received{0}, errors{0};
   std::atomic<bool> send_done{true}, message_in{false};

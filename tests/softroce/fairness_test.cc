@@ -32,7 +32,7 @@ constexpr std::uint64_t kBound = 24 * kBudget;
 struct Saturated {
   Env env{test_device()};
   std::array<char, 64 * (kSlots + 2)> buffer{};
-  std::unique_ptr<MemoryRegion> mr = MemoryRegion::create(
+  std::shared_ptr<MemoryRegion> mr = MemoryRegion::create(
       env.pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
   std::atomic<std::uint64_t> busy{0};  // the busy CQ's completions, handled
   std::shared_ptr<QueuePair> receiver;
@@ -45,6 +45,7 @@ struct Saturated {
   Saturated() {
     CompletionQueue::Options options;
     options.cqe = 512;
+    options.completion.mode = CompletionMode::kAdaptive;
     options.completion.poll_budget = std::chrono::milliseconds(500);
     options.completion.budget = kBudget;
     busy_cq = CompletionQueue::create(
@@ -111,7 +112,7 @@ BOOST_AUTO_TEST_CASE(a_saturated_cq_delays_everything_else_by_a_turn_at_most) {
   // An injected event.
   {
     std::promise<std::uint64_t> heard_at;
-    Attachment listener = s.env.device->on_event(
+    Handle listener = s.env.device->on_event(
         EventFilter{IBV_EVENT_SM_CHANGE},
         [&](const Event&) { heard_at.set_value(s.busy.load()); });
     s.env.dispatcher.inject(s.env.device->context(), IBV_EVENT_SM_CHANGE, Port{1});
@@ -180,7 +181,7 @@ BOOST_AUTO_TEST_CASE(a_saturated_cq_delays_everything_else_by_a_turn_at_most) {
     });
     std::promise<std::uint64_t> heard_at;
     std::atomic<bool> once{false};
-    Attachment listener = s.env.device->on_event(
+    Handle listener = s.env.device->on_event(
         EventFilter{IBV_EVENT_PORT_ERR}, [&](const Event&) {
           if (!once.exchange(true)) heard_at.set_value(s.busy.load());
         });

@@ -59,10 +59,10 @@ struct Env {
 
   std::vector<std::string> errors();
 
-  Registry registry;
   std::mutex errors_mutex;
   std::vector<std::string> reported;
   Dispatcher dispatcher;
+  Registry& registry;
   std::shared_ptr<Device> device;
   std::shared_ptr<ProtectionDomain> pd;
 };

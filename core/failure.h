@@ -1,0 +1,66 @@
+// ibev::Failure: the one record of something that went wrong where no caller
+// can catch it: a handler that threw, a verb that failed inside the event
+// loop, a device whose async fd died, a destroy verb that failed in a
+// destructor, events left undispatched, a dispatching thread held too long.
+//
+// Every such failure in ibev is one Failure, delivered to one sink: the
+// FailureSink of the Registry (a Dispatcher's Options::on_failure), which
+// also counts it per device and event code (Registry::counters). The sink runs
+// on the thread where the failure happened (the dispatching thread, an
+// executor's thread, a destroying thread, the Dispatcher's watchdog); it must
+// not throw (what it throws is written to stderr and dropped) and should not
+// block. With no sink set, failures are written to stderr, one line each.
+//
+// Errors a caller can catch are thrown instead, always as std::system_error
+// carrying the errno and the name of the failing call (throw_system_error).
+#ifndef IBEV_CORE_FAILURE_H_
+#define IBEV_CORE_FAILURE_H_
+
+#include <infiniband/verbs.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace ibev {
+
+struct Failure {
+  enum class Kind {
+    kHandlerThrew,   // an event, completion or fd handler threw: `what`
+    kVerbFailed,     // a verb in the loop failed: `verb`, `error`
+    kDeviceLost,     // a device's async fd failed; DEVICE_FATAL was sent
+    kDestroyFailed,  // a destroy verb failed where nothing can throw
+    kUndispatched,   // events waited for a dispatch that did not come
+    kStalled,        // one turn held the dispatching thread too long
+  };
+
+  // The common shapes; the caller adds device, object and event code.
+  static Failure handler_threw(std::string what_ran, std::string what);
+  static Failure verb_failed(std::string verb, int error, std::string what = {});
+
+  Kind kind = Kind::kVerbFailed;
+  std::string verb;          // the failing call, or what ran ("CQ handler")
+  std::error_code error;     // errno, when a system call or verb failed
+  ibv_context* device = nullptr;
+  const void* object = nullptr;      // the CQ, QP, SRQ, WQ, channel or fd's source
+  std::optional<int> event_code;     // the event being delivered, if any
+  std::string what;                  // the exception's text, or details
+};
+
+std::string_view to_string(Failure::Kind kind) noexcept;
+// One line: "handler threw: CQ handler (CQ 0x...): <what>".
+std::string describe(const Failure& failure);
+
+using FailureSink = std::function<void(const Failure&)>;
+
+// Throws std::system_error(error, generic_category(), verb). rdma-core
+// sometimes returns a negative errno, or fails without setting errno: those
+// become the positive value and EIO.
+[[noreturn]] void throw_system_error(const char* verb, int error);
+[[noreturn]] void throw_system_error(const std::string& verb, int error);
+
+}  // namespace ibev
+
+#endif  // IBEV_CORE_FAILURE_H_

@@ -1,0 +1,388 @@
+// Completion channels and their CQs, from the channel's fd being readable to
+// the completion handler: read the channel event (ibv_get_cq_event) -> count
+// it for an amortised ack -> drain the CQ into the handler -> re-arm
+// (ibv_req_notify_cq) -> drain again. The path of one completion reads
+// top-down: ChannelSource::serve, then CqEntry::serve_turn, then drain.
+//
+// Locking: a channel's `mutex` guards its CQs and their unacked counts; it
+// is taken inside the reactor's tables' mutex, never around it, and never
+// while a handler runs. Each CQ's CallGuard is held while it is drained, so
+// a release waits for a drain in progress (unless made from inside it).
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ibev/core/happens_before.h>
+#include "reactor.h"
+#include "sources.h"
+#include <ibev/dispatch/test_seams.h>
+
+namespace ibev::detail {
+
+void (*test_seams::after_channel_retired)(ibv_comp_channel*) = nullptr;
+
+namespace {
+
+IBEV_DECLARE_ATOMIC_STATS(AtomicCompletionStats, CompletionStats, IBEV_COMPLETION_STATS);
+
+class ChannelSource;
+
+// One watched CQ.
+class CqEntry : public std::enable_shared_from_this<CqEntry> {
+ public:
+  CqEntry(Reactor& reactor, ibv_cq* cq, CompletionHandler handler,
+          CompletionOptions options)
+      : reactor_(reactor), cq_(cq), handler_(std::move(handler)), options_(std::move(options)) {}
+
+  ibv_cq* cq() const noexcept { return cq_; }
+  const CompletionOptions& options() const noexcept { return options_; }
+  CallGuard& guard() noexcept { return guard_; }
+  AtomicCompletionStats& stats() noexcept { return stats_; }
+  unsigned unacked = 0;  // under the channel's mutex
+
+  // Polls the CQ until it is empty, the watch is released or `limit`
+  // completions were taken, handing each batch to the handler; returns how
+  // many it took (== limit: the CQ may hold more).
+  std::uint64_t drain(std::uint64_t limit) noexcept {
+    std::array<ibv_wc, 256> wcs;
+    std::uint64_t drained = 0;
+    while (drained < limit && !guard_.closed()) {
+      const auto want = std::min<std::uint64_t>(options_.poll_batch, limit - drained);
+      const int n = ibv_poll_cq(cq_, static_cast<int>(want), wcs.data());
+      if (n < 0) {
+        report(Failure::verb_failed("ibv_poll_cq", -n));
+        break;
+      }
+      if (n == 0) break;
+      drained += static_cast<std::uint64_t>(n);
+      bump(stats_.completions, static_cast<std::uint64_t>(n));
+      bump(reactor_.stats().work_completions, static_cast<std::uint64_t>(n));
+      hand_over(wcs.data(), static_cast<std::size_t>(n));
+    }
+    return drained;
+  }
+
+  // One turn of the CQ, after its channel event (`for_event`) or when it was
+  // deferred: drain, re-arm, drain again. The first drain runs the handler
+  // before the re-arm's system call, so a reply goes out one verb sooner than
+  // with arm-then-drain; the drain after the re-arm takes whatever landed
+  // before it, and a completion landing after it raises a new event, even if
+  // this drain takes it (that event then finds the CQ empty: counted, not an
+  // error). In adaptive mode, keep polling between the first drain and the
+  // re-arm while completions come, until the CQ has been quiet for the poll
+  // budget.
+  //
+  // The turn is bounded: at most `budget` completions, and adaptive polling
+  // at most one poll budget long. A turn that ends on its bound leaves the
+  // CQ unarmed and deferred, so the reactor serves every other ready source
+  // and comes back without sleeping (the kernel's cq.c requeues its poll
+  // work the same way). `drained`: completions taken for this event already.
+  void serve_turn(std::uint64_t drained, bool for_event) noexcept {
+    const std::uint64_t budget = options_.budget;
+    const auto poll_budget = options_.poll_budget;
+    const bool adaptive = options_.mode == CompletionMode::kAdaptive;
+    drained += drain(budget - std::min(drained, budget));
+    if (adaptive && (for_event || drained > 0)) {
+      quiet_since_ = std::chrono::steady_clock::now();
+    }
+    if (drained >= budget) return yield();
+    if (adaptive) {
+      // Reading the clock costs more than an empty poll: look every 64 polls.
+      const auto turn_start = std::chrono::steady_clock::now();
+      for (unsigned empty = 0; !guard_.closed(); ++empty) {
+        if (const std::uint64_t more = drain(budget - drained); more > 0) {
+          drained += more;
+          bump(stats_.polled, more);
+          quiet_since_ = std::chrono::steady_clock::now();
+          if (drained >= budget || quiet_since_ - turn_start >= poll_budget) {
+            return yield();
+          }
+          empty = 0;
+        } else if (empty % 64 == 63) {
+          const auto now = std::chrono::steady_clock::now();
+          if (now - quiet_since_ >= poll_budget) break;  // quiet: arm and sleep
+          if (now - turn_start >= poll_budget) return yield();
+        }
+      }
+    }
+    if (!guard_.closed()) {
+      if (const int rc = ibv_req_notify_cq(cq_, options_.solicited_only ? 1 : 0); rc != 0) {
+        report(Failure::verb_failed("ibv_req_notify_cq", rc));
+      }
+      drained += drain(budget - drained);
+      if (drained >= budget) return yield();
+    }
+    if (drained == 0 && for_event) {
+      bump(stats_.empty_events);
+      bump(reactor_.stats().empty_completion_events);
+    }
+  }
+
+ private:
+  void report(Failure failure) noexcept {
+    failure.device = cq_->context;
+    failure.object = cq_;
+    reactor_.report(failure);
+  }
+
+  void call_handler(const CompletionBatch& batch) noexcept {
+    acquire_before_completion(cq_);  // what was written before the post
+    try {
+      handler_(batch);
+    } catch (const std::exception& e) {
+      report(Failure::handler_threw("completion handler", e.what()));
+    } catch (...) {
+      report(Failure::handler_threw("completion handler",
+                                    "an exception not derived from std::exception"));
+    }
+  }
+
+  void hand_over(const ibv_wc* wcs, std::size_t n) noexcept {
+    if (!options_.executor) {
+      call_handler(CompletionBatch{cq_, wcs, n});
+      return;
+    }
+    try {
+      options_.executor([self = shared_from_this(),
+                         copy = std::vector<ibv_wc>(wcs, wcs + n)]() noexcept {
+        if (!self->guard_.try_enter()) return;  // released meanwhile
+        self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
+        self->guard_.leave();
+      });
+    } catch (const std::exception& e) {
+      report(Failure::handler_threw(
+          "executor", std::string("the executor refused a completion batch: ") + e.what()));
+    }
+  }
+
+  void yield() noexcept {
+    bump(stats_.yields);
+    reactor_.defer([self = shared_from_this()] {
+      if (!self->guard_.try_enter()) return;  // released meanwhile
+      self->serve_turn(0, false);
+      self->guard_.leave();
+    });
+  }
+
+  Reactor& reactor_;
+  ibv_cq* const cq_;
+  const CompletionHandler handler_;
+  const CompletionOptions options_;
+  CallGuard guard_;  // held while draining, here or on the executor
+  AtomicCompletionStats stats_;
+  // Adaptive mode: since when the CQ has given nothing, kept across turns so
+  // that a turn boundary does not restart the quiet period. Dispatching
+  // thread only.
+  std::chrono::steady_clock::time_point quiet_since_{};
+};
+
+class ChannelSource final : public Source {
+ public:
+  ChannelSource(Reactor& reactor, ibv_comp_channel* channel, int original_flags)
+      : Source(channel->fd, original_flags), reactor_(reactor), channel_(channel) {}
+
+  // Taken around ibv_get_cq_event and the ack count, and by a release, so
+  // that a release sees every event read for its CQ and acks it.
+  std::mutex mutex;
+  std::unordered_map<ibv_cq*, std::shared_ptr<CqEntry>> cqs;
+
+  // A CQ raises one event per arm, and is re-armed only after its event is
+  // read: so the channel holds at most one event per watched CQ, and reading
+  // more would only find EAGAIN, a system call on every wake-up of a
+  // latency-bound loop. With one CQ on the channel, drain it before reading
+  // its event: the handler's reply then costs no system call after the
+  // wake-up. Reading the event, counting it and re-arming follow, so the arm
+  // still precedes the last drain. (If that CQ was released meanwhile, the
+  // event read below is a stale one: acked there.)
+  void serve(std::uint32_t) noexcept override {
+    unsigned events_to_read;
+    std::shared_ptr<CqEntry> only_cq;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      events_to_read = static_cast<unsigned>(std::min<std::size_t>(
+          reactor_.options().batch, std::max<std::size_t>(cqs.size(), 1)));
+      if (cqs.size() == 1) only_cq = cqs.begin()->second;
+    }
+    std::uint64_t drained_early = 0;
+    if (only_cq && only_cq->guard().try_enter()) {
+      drained_early = only_cq->drain(only_cq->options().budget);
+      only_cq->guard().leave();
+    }
+    for (unsigned i = 0; i < events_to_read && !guard().closed(); ++i) {
+      std::shared_ptr<CqEntry> entry = take_event();
+      if (!entry) return;
+      if (!entry->guard().try_enter()) continue;
+      entry->serve_turn(entry == only_cq ? std::exchange(drained_early, 0) : 0, true);
+      entry->guard().leave();
+    }
+  }
+
+ private:
+  // Reads one channel event and counts it for its CQ's ack; null when there
+  // was none (or an error, reported). An event of a CQ no longer watched is
+  // acked here, so that destroying the CQ does not wait.
+  std::shared_ptr<CqEntry> take_event() noexcept {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (;;) {
+      ibv_cq* cq = nullptr;
+      void* cq_context = nullptr;
+      if (ibv_get_cq_event(channel_, &cq, &cq_context) != 0) {
+        const int error = errno;
+        if (error == EAGAIN || error == EWOULDBLOCK) {
+          bump(reactor_.stats().empty_channel_reads);
+        } else if (error != EINTR) {
+          Failure failure = Failure::verb_failed("ibv_get_cq_event", error);
+          failure.device = channel_->context;
+          failure.object = channel_;
+          reactor_.report(failure);
+        }
+        return nullptr;
+      }
+      bump(reactor_.stats().completion_events);
+      auto it = cqs.find(cq);
+      if (it == cqs.end()) {
+        ibv_ack_cq_events(cq, 1);
+        bump(reactor_.stats().cq_ack_calls);
+        continue;
+      }
+      CqEntry& entry = *it->second;
+      bump(entry.stats().events);
+      if (++entry.unacked >= entry.options().ack_batch) {
+        ibv_ack_cq_events(cq, entry.unacked);
+        entry.unacked = 0;
+        bump(entry.stats().ack_calls);
+        bump(reactor_.stats().cq_ack_calls);
+      }
+      return it->second;
+    }
+  }
+
+  Reactor& reactor_;
+  ibv_comp_channel* const channel_;
+};
+
+void validate(ibv_cq* cq, const CompletionOptions& options,
+              const CompletionHandler& handler) {
+  const std::string verb = "Dispatcher::watch_completions";
+  if (cq == nullptr) throw std::invalid_argument(verb + ": the CQ is null");
+  if (cq->channel == nullptr) {
+    throw std::invalid_argument(verb + ": the CQ has no completion channel");
+  }
+  if (options.mode == CompletionMode::kPolled) {
+    throw std::invalid_argument(
+        verb + ": a kPolled CQ is polled by the application, not watched");
+  }
+  if (!handler) throw std::invalid_argument(verb + ": the handler is empty");
+  if (options.ack_batch == 0 || options.poll_batch == 0 || options.poll_batch > 256 ||
+      options.budget == 0) {
+    throw std::invalid_argument(verb +
+                                ": ack_batch and budget must be >= 1, poll_batch 1..256");
+  }
+  if (options.mode == CompletionMode::kAdaptive &&
+      (options.poll_budget.count() < 1 || options.poll_budget > std::chrono::seconds(1))) {
+    throw std::invalid_argument(verb + ": poll_budget must be 1 us .. 1 s");
+  }
+}
+
+std::shared_ptr<ChannelSource> channel_of(Reactor& reactor, ibv_cq* cq) {
+  std::lock_guard<std::mutex> lock(reactor.mutex());
+  return std::dynamic_pointer_cast<ChannelSource>(
+      reactor.find_fd_locked(cq->channel->fd));
+}
+
+}  // namespace
+
+Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
+                         CompletionOptions options, CompletionHandler handler) {
+  validate(cq, options, handler);
+  ibv_comp_channel* channel = cq->channel;
+  const bool solicited_only = options.solicited_only;
+  auto entry = std::make_shared<CqEntry>(*reactor, cq, std::move(handler), std::move(options));
+  std::shared_ptr<ChannelSource> source;
+  {
+    std::lock_guard<std::mutex> lock(reactor->mutex());
+    std::shared_ptr<Source> existing = reactor->find_fd_locked(channel->fd);
+    source = std::dynamic_pointer_cast<ChannelSource>(existing);
+    if (existing && !source) {
+      throw std::invalid_argument(
+          "Dispatcher::watch_completions: the channel's fd is watched as another source");
+    }
+    if (!source) {
+      source = std::make_shared<ChannelSource>(*reactor, channel,
+                                               make_nonblocking(channel->fd));
+      reactor->add_locked(source);
+    }
+    std::lock_guard<std::mutex> channel_lock(source->mutex);
+    if (!source->cqs.emplace(cq, entry).second) {
+      throw std::invalid_argument("Dispatcher::watch_completions: the CQ is watched already");
+    }
+  }
+
+  Handle handle([weak = std::weak_ptr<Reactor>(reactor),
+                 weak_source = std::weak_ptr<ChannelSource>(source), entry,
+                 owner = reactor->owner()]() noexcept {
+    if (::getpid() != owner) return;  // a forked child's copy: inert
+    entry->guard().close();
+    // Every event read for this CQ was counted in `unacked`: ack them all,
+    // so that ibv_destroy_cq does not wait, whether or not the Dispatcher
+    // still exists (gone, its thread is joined and nothing else counts).
+    const auto ack_leftovers = [&entry] {
+      if (entry->unacked == 0) return false;
+      ibv_ack_cq_events(entry->cq(), entry->unacked);
+      entry->unacked = 0;
+      bump(entry->stats().ack_calls);
+      return true;
+    };
+    auto reactor = weak.lock();
+    auto source = weak_source.lock();
+    std::shared_ptr<Source> retired;
+    bool closed_behind_our_back = false;
+    if (reactor && source) {
+      std::lock_guard<std::mutex> lock(reactor->mutex());
+      std::lock_guard<std::mutex> channel_lock(source->mutex);
+      source->cqs.erase(entry->cq());
+      if (ack_leftovers()) bump(reactor->stats().cq_ack_calls);
+      // The last CQ of the channel: stop watching the channel, so that it
+      // can be destroyed. A CQ watched on it later adds it again.
+      if (source->cqs.empty()) {
+        retired = reactor->take_locked(source->id());
+        if (retired && !reactor->retire_locked(*retired)) closed_behind_our_back = true;
+      }
+    } else {
+      ack_leftovers();
+    }
+    if (closed_behind_our_back) reactor->report_closed_fd(*retired);
+    if (retired && test_seams::after_channel_retired != nullptr) {
+      test_seams::after_channel_retired(entry->cq()->channel);
+    }
+    entry->guard().wait_idle();
+    if (retired) retired->guard().wait_idle();
+  });
+
+  // Armed before the caller can make any completion arrive.
+  if (const int rc = ibv_req_notify_cq(cq, solicited_only ? 1 : 0); rc != 0) {
+    handle.release();
+    throw_system_error("ibv_req_notify_cq", rc);
+  }
+  return handle;
+}
+
+CompletionStats completion_stats(Reactor& reactor, ibv_cq* cq) {
+  if (cq == nullptr || cq->channel == nullptr) return {};
+  std::shared_ptr<ChannelSource> source = channel_of(reactor, cq);
+  if (!source) return {};
+  std::lock_guard<std::mutex> lock(source->mutex);
+  auto it = source->cqs.find(cq);
+  return it == source->cqs.end() ? CompletionStats{} : it->second->stats().load();
+}
+
+}  // namespace ibev::detail

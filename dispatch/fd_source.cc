@@ -1,0 +1,124 @@
+// An application's fd in the loop (an rdma_cm event channel, a timerfd, a
+// socket): level-triggered, one handler call per turn while it is ready. On
+// an executor the fd leaves the epoll interest set (EPOLL_CTL_MOD to no
+// events) until the handler's call has returned and re-arms it, so that an
+// fd the executor has not read yet does not make every turn spin.
+//
+// Locking: none of its own; the reactor's tables guard joining and leaving,
+// the CallGuard a release's wait.
+#include <fcntl.h>
+#include <sys/epoll.h>
+
+#include <cerrno>
+#include <stdexcept>
+#include <string>
+
+#include "reactor.h"
+#include "sources.h"
+
+namespace ibev::detail {
+namespace {
+
+class FdSource final : public Source, public std::enable_shared_from_this<FdSource> {
+ public:
+  FdSource(std::weak_ptr<Reactor> reactor, int fd, int flags, std::uint32_t events,
+           FdHandler handler, Executor executor)
+      : Source(fd, flags),
+        reactor_(std::move(reactor)),
+        events_(events),
+        handler_(std::move(handler)),
+        executor_(std::move(executor)) {}
+
+  std::uint32_t interest() const noexcept override { return events_; }
+
+  void serve(std::uint32_t revents) noexcept override {
+    auto reactor = reactor_.lock();
+    if (!reactor) return;
+    bump(reactor->stats().fd_events);
+    if (!executor_) {
+      call(*reactor, revents);
+      return;
+    }
+    set_interest(*reactor, 0);
+    try {
+      executor_([self = shared_from_this(), revents]() noexcept {
+        if (!self->guard().try_enter()) return;  // released meanwhile
+        auto reactor = self->reactor_.lock();
+        if (reactor) {
+          self->call(*reactor, revents);
+          self->set_interest(*reactor, self->events_);
+        }
+        self->guard().leave();
+      });
+    } catch (const std::exception& e) {
+      set_interest(*reactor, events_);
+      report(*reactor, Failure::handler_threw(
+                           "executor", std::string("the executor refused an fd's task: ") +
+                                           e.what()));
+    }
+  }
+
+ private:
+  void call(Reactor& reactor, std::uint32_t revents) noexcept {
+    try {
+      handler_(revents);
+    } catch (const std::exception& e) {
+      report(reactor, Failure::handler_threw("fd handler", e.what()));
+    } catch (...) {
+      report(reactor, Failure::handler_threw(
+                          "fd handler", "an exception not derived from std::exception"));
+    }
+  }
+
+  void set_interest(Reactor& reactor, std::uint32_t events) noexcept {
+    if (guard().closed()) return;  // released: out of the set already
+    epoll_event event{};
+    event.events = events;
+    event.data.u64 = id();
+    if (::epoll_ctl(reactor.epoll_fd(), EPOLL_CTL_MOD, fd(), &event) != 0 &&
+        errno != ENOENT) {
+      report(reactor, Failure::verb_failed("epoll_ctl(EPOLL_CTL_MOD)", errno));
+    }
+  }
+
+  void report(Reactor& reactor, Failure failure) noexcept {
+    failure.object = this;
+    failure.what += " (fd " + std::to_string(fd()) + ")";
+    reactor.report(failure);
+  }
+
+  const std::weak_ptr<Reactor> reactor_;
+  const std::uint32_t events_;
+  const FdHandler handler_;
+  const Executor executor_;
+};
+
+}  // namespace
+
+Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t events,
+                FdHandler handler, Executor executor) {
+  const std::string verb = "Dispatcher::watch_fd";
+  if (fd < 0) throw std::invalid_argument(verb + ": the fd is negative");
+  if (events == 0) throw std::invalid_argument(verb + ": no events to wait for");
+  if (!handler) throw std::invalid_argument(verb + ": the handler is empty");
+  if ((events & (EPOLLET | EPOLLONESHOT)) != 0) {
+    throw std::invalid_argument(verb + ": sources are level-triggered; no EPOLLET or "
+                                       "EPOLLONESHOT");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) throw_system_error("fcntl(F_GETFL)", errno);
+  std::uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(reactor->mutex());
+    if (reactor->find_fd_locked(fd)) {
+      throw std::invalid_argument(verb + ": the fd is watched already");
+    }
+    auto source = std::make_shared<FdSource>(reactor, fd, flags, events, std::move(handler),
+                                             std::move(executor));
+    reactor->add_locked(source);
+    id = source->id();
+  }
+  return Reactor::handle_for(reactor, id);
+}
+
+}  // namespace ibev::detail

@@ -1,0 +1,249 @@
+// Locking. `Reactor::mutex_` guards the tables of sources and the posted
+// tasks. A source with a lock of its own (a completion channel's) takes it
+// inside this one, never the other way round. A source leaves the epoll set
+// and gets its fd's flags back under the tables' mutex, in the same critical
+// section that takes it out of the tables: so a new watch of the same fd (a
+// CQ joining a channel whose last CQ just left) finds either the old source
+// whole or none at all. No lock is held while a source is served, or a task
+// run. CallGuards (core/) make a release wait until the reactor is done with
+// what is released.
+//
+// Fork: the epoll fd and the watched fds' file descriptions are shared with a
+// forked child. Everything that would touch them checks that it runs in the
+// process that made the reactor; in a child every handle is inert.
+#include "reactor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include <array>
+#include <cerrno>
+#include <string>
+#include <utility>
+
+namespace ibev::detail {
+
+namespace {
+constexpr std::uint64_t kWakeupId = 0;
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+std::uint32_t Source::interest() const noexcept { return EPOLLIN; }
+
+int make_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) throw_system_error("fcntl(F_GETFL)", errno);
+  if (::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    throw_system_error("fcntl(F_SETFL, O_NONBLOCK)", errno);
+  }
+  return flags;
+}
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Reactor::Reactor(Dispatcher::Options options)
+    : options_(std::move(options)),
+      registry_(options_.on_failure),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wakeup_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      owner_(::getpid()) {
+  if (epoll_.get() < 0) throw_system_error("epoll_create1", errno);
+  if (wakeup_.get() < 0) throw_system_error("eventfd", errno);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = kWakeupId;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_.get(), &event) < 0) {
+    throw_system_error("epoll_ctl(EPOLL_CTL_ADD eventfd)", errno);
+  }
+}
+
+void Reactor::report(const Failure& failure) noexcept {
+  bump(stats_.failures);
+  registry_.report(failure);
+}
+
+std::shared_ptr<Source> Reactor::find_fd_locked(int fd) const {
+  auto it = by_fd_.find(fd);
+  return it == by_fd_.end() ? nullptr : sources_.at(it->second);
+}
+
+void Reactor::add_locked(const std::shared_ptr<Source>& source) {
+  source->id_ = next_id_++;
+  epoll_event event{};
+  event.events = source->interest();
+  event.data.u64 = source->id_;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, source->fd(), &event) < 0) {
+    const int error = errno;
+    ::fcntl(source->fd(), F_SETFL, source->original_flags());
+    throw_system_error("epoll_ctl(EPOLL_CTL_ADD)", error);
+  }
+  sources_.emplace(source->id_, source);
+  by_fd_.emplace(source->fd(), source->id_);
+}
+
+std::shared_ptr<Source> Reactor::take_locked(std::uint64_t id) {
+  auto it = sources_.find(id);
+  if (it == sources_.end()) return nullptr;
+  std::shared_ptr<Source> source = std::move(it->second);
+  sources_.erase(it);
+  by_fd_.erase(source->fd());
+  return source;
+}
+
+bool Reactor::retire_locked(Source& source) noexcept {
+  source.guard().close();
+  if (!in_owner_process()) return true;  // the parent's epoll set and flags
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, source.fd(), nullptr) != 0 &&
+      (errno == EBADF || errno == ENOENT)) {
+    return false;
+  }
+  ::fcntl(source.fd(), F_SETFL, source.original_flags());
+  return true;
+}
+
+void Reactor::report_closed_fd(const Source& source) noexcept {
+  Failure failure = Failure::verb_failed(
+      "epoll_ctl(EPOLL_CTL_DEL)", EBADF,
+      "fd " + std::to_string(source.fd()) +
+          " was closed while the dispatcher watched it (epoll forgot it then, and "
+          "nothing was dispatched from it since): release a watch before closing "
+          "what it watches");
+  failure.object = &source;
+  report(failure);
+}
+
+Handle Reactor::handle_for(const std::shared_ptr<Reactor>& reactor,
+                           std::uint64_t source_id) {
+  return Handle([weak = std::weak_ptr<Reactor>(reactor), source_id,
+                 owner = reactor->owner_]() noexcept {
+    if (::getpid() != owner) return;  // a forked child's copy: inert
+    auto self = weak.lock();
+    if (!self) return;
+    std::shared_ptr<Source> source;
+    bool intact = true;
+    {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      source = self->take_locked(source_id);
+      if (source) intact = self->retire_locked(*source);
+    }
+    if (!source) return;
+    if (!intact) self->report_closed_fd(*source);
+    source->guard().wait_idle();
+  });
+}
+
+void Reactor::wake() noexcept {
+  const std::uint64_t one = 1;
+  // Only fails when the counter would overflow: it is readable anyway.
+  [[maybe_unused]] const auto ignored = ::write(wakeup_.get(), &one, sizeof one);
+}
+
+void Reactor::post(Task task) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    posted_.push_back(std::move(task));
+  }
+  wake();
+}
+
+void Reactor::defer(Task task) {
+  // The wake-up keeps fd() readable, so that a loop driving run_once() from
+  // its own poller comes back too.
+  if (deferred_.empty()) wake();
+  deferred_.push_back(std::move(task));
+}
+
+void Reactor::run_posted() noexcept {
+  std::uint64_t count;
+  [[maybe_unused]] const auto ignored = ::read(wakeup_.get(), &count, sizeof count);
+  std::deque<Task> ready;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready.swap(posted_);
+  }
+  for (Task& task : ready) {
+    try {
+      task();
+    } catch (const std::exception& e) {
+      report(Failure::handler_threw("task posted to the dispatcher", e.what()));
+    } catch (...) {
+      report(Failure::handler_threw("task posted to the dispatcher",
+                                    "an exception not derived from std::exception"));
+    }
+  }
+}
+
+std::size_t Reactor::run_turn(int timeout_ms) {
+  std::vector<Task> owed;
+  owed.swap(deferred_);
+  std::array<epoll_event, 32> events;
+  int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
+                       owed.empty() ? timeout_ms : 0);
+  turn_started_ns_ = now_ns();
+  if (n < 0) {
+    if (errno != EINTR) report(Failure::verb_failed("epoll_wait", errno));
+    n = 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t id = events[i].data.u64;
+    if (id == kWakeupId) {
+      run_posted();
+      continue;
+    }
+    std::shared_ptr<Source> source;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = sources_.find(id);
+      if (it != sources_.end()) source = it->second;
+    }
+    if (!source || !source->guard().try_enter()) continue;
+    source->serve(events[i].events);
+    source->guard().leave();
+  }
+  // After the ready sources, so that what the deferred work delayed goes first.
+  for (Task& task : owed) task();
+  turn_started_ns_ = 0;
+  bump(stats_.turns);
+  return static_cast<std::size_t>(n) + owed.size();
+}
+
+bool Reactor::work_waiting() const noexcept {
+  pollfd fd{epoll_.get(), POLLIN, 0};
+  return ::poll(&fd, 1, 0) > 0;
+}
+
+void Reactor::shut_down() noexcept {
+  std::size_t never_run = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!sources_.empty()) {
+      if (auto source = take_locked(sources_.begin()->first)) {
+        static_cast<void>(retire_locked(*source));  // closed: nothing to give back
+      }
+    }
+    never_run = posted_.size();
+    posted_.clear();
+  }
+  deferred_.clear();
+  if (never_run > 0) {
+    Failure failure;
+    failure.kind = Failure::Kind::kUndispatched;
+    failure.verb = "Dispatcher::~Dispatcher";
+    failure.what = std::to_string(never_run) +
+                   " posted task(s) or injected event(s) never dispatched: the "
+                   "Dispatcher was destroyed before a run_once() or its thread "
+                   "served them";
+    report(failure);
+  }
+}
+
+}  // namespace ibev::detail

@@ -1,0 +1,133 @@
+// Internal to dispatch/: the reactor behind a Dispatcher. An epoll set of
+// Sources that serve themselves, a wake-up eventfd, tasks posted to the
+// dispatching thread, and bounded turns: each ready source once per turn
+// within its budget, then what the last turn deferred (a CQ that used its
+// budget); with work deferred the next turn does not sleep.
+#ifndef IBEV_DISPATCH_REACTOR_H_
+#define IBEV_DISPATCH_REACTOR_H_
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <ibev/core/executor.h>
+#include <ibev/core/failure.h>
+#include <ibev/core/handle.h>
+#include <ibev/core/registry.h>
+#include <ibev/core/stats.h>
+#include <ibev/dispatch/dispatcher.h>
+#include "source.h"
+
+namespace ibev::detail {
+
+IBEV_DECLARE_ATOMIC_STATS(AtomicDispatcherStats, DispatcherStats, IBEV_DISPATCHER_STATS);
+
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor();
+  int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+class Reactor {
+ public:
+  explicit Reactor(Dispatcher::Options options);
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  Registry& registry() noexcept { return registry_; }
+  const Dispatcher::Options& options() const noexcept { return options_; }
+  AtomicDispatcherStats& stats() noexcept { return stats_; }
+  int epoll_fd() const noexcept { return epoll_.get(); }
+
+  // Counts it and hands it to the Registry's sink.
+  void report(const Failure& failure) noexcept;
+
+  // The tables. A source joins and leaves under mutex(); a source kind with
+  // a lock of its own takes it inside this one, never around it.
+  std::mutex& mutex() noexcept { return mutex_; }
+  std::shared_ptr<Source> find_fd_locked(int fd) const;
+  // Puts `source` in the epoll set and the tables. On failure gives the fd
+  // its flags back and throws std::system_error (epoll_ctl).
+  void add_locked(const std::shared_ptr<Source>& source);
+  std::shared_ptr<Source> take_locked(std::uint64_t id);
+  // Serves it no more, takes its fd out of the epoll set and gives the fd its
+  // flags back. False when the fd turned out closed behind the reactor's back
+  // (epoll forgets a closed fd silently): the caller reports that, unlocked.
+  bool retire_locked(Source& source) noexcept;
+  void report_closed_fd(const Source& source) noexcept;
+  // A Handle whose release takes the source out (tables, epoll set, flags,
+  // in one critical section) and waits until the reactor is done with it.
+  static Handle handle_for(const std::shared_ptr<Reactor>& reactor,
+                           std::uint64_t source_id);
+
+  // One turn; returns how many sources and deferred tasks it served.
+  std::size_t run_turn(int timeout_ms);
+  // Any thread: runs `task` on the dispatching thread, next turn.
+  void post(Task task);
+  // The dispatching thread: runs `task` next turn, which does not sleep.
+  void defer(Task task);
+  void wake() noexcept;
+
+  // True when something waits for a turn (the epoll fd is readable).
+  bool work_waiting() const noexcept;
+  // The watchdog's view: turns completed, and since when (steady clock, in
+  // ns since its epoch) the current one runs; 0 when none runs.
+  std::uint64_t turns() const noexcept { return stats_.turns.load(); }
+  std::int64_t turn_started_ns() const noexcept { return turn_started_ns_.load(); }
+
+  // The Dispatcher is gone: every fd still watched gets its flags back
+  // (handles still held become inert), posted tasks never run are reported.
+  void shut_down() noexcept;
+
+  // False in a child forked after the reactor was made.
+  bool in_owner_process() const noexcept { return ::getpid() == owner_; }
+  pid_t owner() const noexcept { return owner_; }
+
+  // Who dispatches; see Dispatcher.
+  std::atomic<bool> stop_requested{false};
+  std::atomic<bool> thread_running{false};  // between start() and its join
+  std::atomic<bool> driving{false};         // a thread is inside run_once
+  std::atomic<std::thread::id> dispatcher_thread{};
+  // Destroyed from inside its own handler: the thread, which holds the
+  // reactor, shuts it down itself when its loop ends.
+  std::atomic<bool> orphaned{false};
+
+ private:
+  void run_posted() noexcept;
+
+  const Dispatcher::Options options_;
+  Registry registry_;
+  FileDescriptor epoll_;
+  FileDescriptor wakeup_;
+  const pid_t owner_;
+  AtomicDispatcherStats stats_;
+  std::atomic<std::int64_t> turn_started_ns_{0};
+
+  std::mutex mutex_;  // the tables and the posted tasks
+  std::uint64_t next_id_ = 1;  // 0 is the wake-up eventfd
+  std::unordered_map<std::uint64_t, std::shared_ptr<Source>> sources_;
+  std::unordered_map<int, std::uint64_t> by_fd_;
+  std::deque<Task> posted_;
+  // Deferred to the next turn. Only the dispatching thread touches it.
+  std::vector<Task> deferred_;
+};
+
+}  // namespace ibev::detail
+
+#endif  // IBEV_DISPATCH_REACTOR_H_

@@ -1,0 +1,31 @@
+// Internal to dispatch/: how the Dispatcher facade makes each kind of source.
+// One file each: async_event_source.cc, completion_source.cc, fd_source.cc.
+#ifndef IBEV_DISPATCH_SOURCES_H_
+#define IBEV_DISPATCH_SOURCES_H_
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+
+#include <ibev/core/executor.h>
+#include <ibev/core/handle.h>
+#include <ibev/dispatch/completions.h>
+#include <ibev/dispatch/dispatcher.h>
+
+namespace ibev::detail {
+
+class Reactor;
+
+Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* device);
+
+Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
+                         CompletionOptions options, CompletionHandler handler);
+CompletionStats completion_stats(Reactor& reactor, ibv_cq* cq);
+
+Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t events,
+                FdHandler handler, Executor executor);
+
+}  // namespace ibev::detail
+
+#endif  // IBEV_DISPATCH_SOURCES_H_

@@ -1,0 +1,66 @@
+#include <ibev/dispatch/worker_thread.h>
+
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+namespace ibev {
+
+WorkerThread::WorkerThread(FailureSink on_failure)
+    : on_failure_(std::move(on_failure)), thread_([this] { run(); }) {}
+
+WorkerThread::~WorkerThread() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  ready_.notify_all();
+  thread_.join();
+}
+
+void WorkerThread::post(Task task) {
+  if (!task) throw std::invalid_argument("WorkerThread::post: the task is empty");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tasks_.push_back(std::move(task));
+  }
+  ready_.notify_one();
+}
+
+Executor WorkerThread::executor() noexcept {
+  return [this](Task task) { post(std::move(task)); };
+}
+
+bool WorkerThread::in_worker_thread() const noexcept {
+  return std::this_thread::get_id() == thread_.get_id();
+}
+
+void WorkerThread::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    ready_.wait(lock, [this] { return done_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // done, and everything posted has run
+    Task task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    try {
+      task();
+    } catch (const std::exception& e) {
+      Failure failure = Failure::handler_threw("task on a WorkerThread", e.what());
+      if (on_failure_) {
+        try {
+          on_failure_(failure);
+        } catch (...) {
+        }
+      } else {
+        std::fprintf(stderr, "ibev: %s\n", describe(failure).c_str());
+      }
+    } catch (...) {
+      std::fprintf(stderr, "ibev: a task on a WorkerThread threw a non-std exception\n");
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace ibev

@@ -1,0 +1,209 @@
+// Where handlers run, on a real device: a slow event handler on a worker
+// thread leaves completions alone; completion handlers on an executor; two
+// dispatchers on two threads each serving their own CQs; and Device::close()
+// tearing down everything made on a device from inside a DEVICE_FATAL
+// handler.
+#define BOOST_TEST_MODULE ibev_softroce_executors
+#include <dirent.h>
+
+#include <atomic>
+#include <boost/test/unit_test.hpp>
+#include <future>
+#include <thread>
+
+#include <ibev/dispatch/worker_thread.h>
+
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+
+using namespace ibev;
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Two connected RC QPs whose receive CQ is `recv_cq`; one message at a time.
+struct Link {
+  Link(const std::shared_ptr<ProtectionDomain>& pd, std::shared_ptr<CompletionQueue> recv_cq)
+      : mr(MemoryRegion::create(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE)) {
+    QueuePair::Options options;
+    options.send_cq = plain_cq(pd->device());
+    options.recv_cq = plain_cq(pd->device());
+    from = QueuePair::create(pd, nullptr, options);
+    options.recv_cq = std::move(recv_cq);
+    to = QueuePair::create(pd, nullptr, options);
+    connect_rc_pair(*from, *to);
+  }
+  void message(std::uint64_t id) {
+    post_recv(*to, *mr, buffer.data(), id);
+    post_send(*from, *mr, buffer.data() + 64, id);
+  }
+  std::array<char, 128> buffer{};
+  std::shared_ptr<MemoryRegion> mr;
+  std::shared_ptr<QueuePair> from, to;
+};
+
+std::size_t open_fds() {
+  std::size_t count = 0;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (::readdir(dir) != nullptr) ++count;
+    ::closedir(dir);
+  }
+  return count;
+}
+
+}  // namespace
+
+// The kernel's IB_POLL_WORKQUEUE: a handler that blocks goes to a worker, and
+// the dispatching thread keeps serving completions meanwhile. On the
+// dispatching thread the same handler would hold every completion back until
+// it returned.
+BOOST_AUTO_TEST_CASE(a_slow_event_handler_on_a_worker_does_not_delay_completions) {
+  Env env{test_device()};
+  WorkerThread worker;
+  std::atomic<bool> slow_running{false}, slow_done{false};
+  Handle slow = env.device->on_event(
+      EventFilter{IBV_EVENT_SM_CHANGE},
+      [&](const Event&) {
+        slow_running = true;
+        std::this_thread::sleep_for(200ms);
+        slow_done = true;
+      },
+      worker.executor());
+  std::promise<bool> completion;  // whether the slow handler was still running
+  std::atomic<bool> once{false};
+  auto cq = CompletionQueue::create(
+      env.device,
+      [&](const CompletionBatch& batch) {
+        if (batch.size > 0 && !once.exchange(true)) completion.set_value(!slow_done.load());
+      },
+      nullptr);
+  Link link(env.pd, cq);
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_SM_CHANGE, Port{1});
+  while (!slow_running) std::this_thread::sleep_for(1ms);
+  link.message(1);
+  auto delivered = completion.get_future();
+  BOOST_REQUIRE(delivered.wait_for(20s) == std::future_status::ready);
+  BOOST_TEST(delivered.get(), "the completion waited for the slow handler");
+  BOOST_TEST(env.errors().empty());
+}
+
+BOOST_AUTO_TEST_CASE(completion_handlers_run_on_their_executor_with_a_copy_of_the_batch) {
+  Env env{test_device()};
+  WorkerThread worker;
+  std::promise<std::pair<bool, std::uint64_t>> seen;  // on the worker? wr_id
+  CompletionQueue::Options options;
+  options.completion.executor = worker.executor();
+  auto cq = CompletionQueue::create(
+      env.device,
+      [&](const CompletionBatch& batch) {
+        seen.set_value({worker.in_worker_thread(), batch.begin()->wr_id});
+      },
+      nullptr, options);
+  Link link(env.pd, cq);
+  link.message(42);
+  auto result = seen.get_future();
+  BOOST_REQUIRE(result.wait_for(20s) == std::future_status::ready);
+  const auto [on_worker, wr_id] = result.get();
+  BOOST_TEST(on_worker);
+  BOOST_TEST(wr_id == 42u);
+  BOOST_TEST(cq->completion_stats().completions == 1u);
+}
+
+// Per-thread CQs (SPDK's poll groups, the kernel's CQ pool): each dispatcher
+// serves its own CQs on its own thread, and both carry traffic.
+BOOST_AUTO_TEST_CASE(two_dispatchers_on_two_threads_serve_their_own_cqs) {
+  Env env{test_device()};
+  Dispatcher second;
+  second.start();
+  constexpr int kMessages = 20;
+  std::atomic<int> on_first{0}, on_second{0}, misplaced{0};
+  auto cq_a = CompletionQueue::create(
+      env.device,
+      [&](const CompletionBatch& batch) {
+        if (!env.dispatcher.in_dispatcher_thread()) ++misplaced;
+        on_first += static_cast<int>(batch.size);
+      },
+      nullptr);
+  CompletionQueue::Options options;
+  options.dispatcher = &second;
+  auto cq_b = CompletionQueue::create(
+      env.device,
+      [&](const CompletionBatch& batch) {
+        if (!second.in_dispatcher_thread()) ++misplaced;
+        on_second += static_cast<int>(batch.size);
+      },
+      nullptr, options);
+  Link a(env.pd, cq_a), b(env.pd, cq_b);
+  for (int i = 1; i <= kMessages; ++i) {
+    a.message(i);
+    b.message(i);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while ((on_first < i || on_second < i) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    BOOST_REQUIRE_MESSAGE(on_first == i && on_second == i, "message " << i);
+  }
+  BOOST_TEST(misplaced.load() == 0);
+  BOOST_TEST(cq_b->completion_stats().completions == static_cast<std::uint64_t>(kMessages));
+  BOOST_TEST(second.stats().work_completions == static_cast<std::uint64_t>(kMessages));
+  cq_b.reset();
+  b.to.reset();
+  second.stop();
+}
+
+// After DEVICE_FATAL an application tears down everything of the device
+// from the handler, without finding every shared_ptr: the objects stay valid
+// C++ objects, their rdma-core objects and the context are gone (the fds
+// with them), and using them says ENODEV.
+BOOST_AUTO_TEST_CASE(device_close_tears_down_everything_made_on_it) {
+  Dispatcher dispatcher;
+  dispatcher.start();
+  const std::size_t fds_before = open_fds();
+  auto device = Device::open(dispatcher, test_device());
+  auto pd = ProtectionDomain::create(device);
+  auto event_cq = CompletionQueue::create(device, [](const CompletionBatch&) {}, nullptr);
+  auto srq = SharedReceiveQueue::create(pd, nullptr);
+  QueuePair::Options options;
+  options.send_cq = options.recv_cq = event_cq;
+  options.srq = srq;
+  auto qp = QueuePair::create(pd, nullptr, options);
+  std::array<char, 64> memory{};
+  auto mr = MemoryRegion::create(pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  BOOST_REQUIRE(open_fds() > fds_before);
+
+  std::promise<void> closed;
+  Handle on_fatal = device->on_event(EventFilter{IBV_EVENT_DEVICE_FATAL}, [&](const Event&) {
+    device->close();
+    closed.set_value();
+  });
+  dispatcher.inject(device->context(), IBV_EVENT_DEVICE_FATAL, WholeDevice{});
+  BOOST_REQUIRE(closed.get_future().wait_for(20s) == std::future_status::ready);
+
+  BOOST_TEST(device->context() == nullptr);
+  BOOST_TEST(qp->get() == nullptr);
+  BOOST_TEST(event_cq->get() == nullptr);
+  BOOST_TEST(srq->get() == nullptr);
+  BOOST_TEST(mr->get() == nullptr);
+  BOOST_TEST(pd->get() == nullptr);
+  BOOST_TEST(open_fds() == fds_before);  // the uverbs fd, async fd and channel
+  try {
+    (void)ProtectionDomain::create(device);
+    BOOST_ERROR("a closed device made a protection domain");
+  } catch (const std::system_error& e) {
+    BOOST_TEST(e.code().value() == ENODEV);
+    BOOST_TEST(std::string(e.what()).find("ibv_alloc_pd") != std::string::npos, e.what());
+  }
+  ibv_recv_wr wr{};
+  BOOST_CHECK_THROW(qp->post_recv(wr), std::system_error);
+  device->close();  // idempotent
+  on_fatal.release();
+  qp.reset();  // and dropping them afterwards destroys nothing twice
+  mr.reset();
+  srq.reset();
+  event_cq.reset();
+  pd.reset();
+  device.reset();
+  BOOST_TEST(dispatcher.stats().failures == 0u);
+  dispatcher.stop();
+}

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -468,77 +469,69 @@ bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds lim
   return true;
 }
 
-BOOST_AUTO_TEST_CASE(events_waiting_without_a_dispatch_are_reported_once) {
+// A Dispatcher whose watchdog looks every 12 ms, and the failures it said,
+// read from the test's thread while the watchdog writes them.
+struct Watched {
+  Watched() {
+    Dispatcher::Options options;
+    options.stall_after = 50ms;
+    options.on_failure = [this](const ibev::Failure& f) {
+      std::lock_guard<std::mutex> lock(mutex);
+      failures.push_back(f);
+    };
+    dispatcher = std::make_unique<Dispatcher>(options);
+  }
+  std::vector<ibev::Failure> said() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return failures;
+  }
   std::mutex mutex;
   std::vector<ibev::Failure> failures;
-  Dispatcher::Options options;
-  options.stall_after = 50ms;
-  options.on_failure = [&](const ibev::Failure& f) {
-    std::lock_guard<std::mutex> lock(mutex);
-    failures.push_back(f);
-  };
-  Dispatcher dispatcher(options);
+  std::unique_ptr<Dispatcher> dispatcher;
+};
+
+BOOST_FIXTURE_TEST_CASE(events_waiting_without_a_dispatch_are_reported_once, Watched) {
   ibv_context device{};
-  dispatcher.inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});  // and no start()
-  const auto count = [&] {
-    std::lock_guard<std::mutex> lock(mutex);
-    return failures.size();
-  };
-  BOOST_REQUIRE(wait_until([&] { return count() >= 1; }));
+  dispatcher->inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});  // and no start()
+  BOOST_REQUIRE(wait_until([&] { return !said().empty(); }));
   std::this_thread::sleep_for(200ms);  // still waiting: said once, not every look
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    BOOST_REQUIRE(failures.size() == 1u);
-    BOOST_TEST((failures[0].kind == ibev::Failure::Kind::kUndispatched));
-    BOOST_TEST(failures[0].what.find("call start()") != std::string::npos, failures[0].what);
-  }
-  dispatcher.run_once(0ms);  // dispatched: nothing more to say
+  const auto failures = said();
+  BOOST_REQUIRE(failures.size() == 1u);
+  BOOST_TEST((failures[0].kind == ibev::Failure::Kind::kUndispatched));
+  BOOST_TEST(failures[0].what.find("call start()") != std::string::npos, failures[0].what);
+  dispatcher->run_once(0ms);  // dispatched: nothing more to say
   std::this_thread::sleep_for(200ms);
-  BOOST_TEST(count() == 1u);
+  BOOST_TEST(said().size() == 1u);
 }
 
-BOOST_AUTO_TEST_CASE(a_handler_holding_the_dispatching_thread_is_reported) {
-  std::mutex mutex;
-  std::vector<ibev::Failure> failures;
-  Dispatcher::Options options;
-  options.stall_after = 50ms;
-  options.on_failure = [&](const ibev::Failure& f) {
-    std::lock_guard<std::mutex> lock(mutex);
-    failures.push_back(f);
-  };
-  Dispatcher dispatcher(options);
+BOOST_FIXTURE_TEST_CASE(a_handler_holding_the_dispatching_thread_is_reported, Watched) {
   std::atomic<bool> done{false};
-  dispatcher.post([&] {
+  dispatcher->post([&] {
     std::this_thread::sleep_for(300ms);
     done = true;
   });
-  dispatcher.start();
+  dispatcher->start();
   BOOST_REQUIRE(wait_until([&] { return done.load(); }));
-  dispatcher.stop();
-  std::lock_guard<std::mutex> lock(mutex);
+  dispatcher->stop();
+  const auto failures = said();
   BOOST_REQUIRE(failures.size() == 1u);
   BOOST_TEST((failures[0].kind == ibev::Failure::Kind::kStalled));
 }
 
 // A dispatcher serving promptly says nothing.
-BOOST_AUTO_TEST_CASE(a_dispatcher_that_keeps_up_is_quiet) {
-  std::atomic<int> failures{0};
-  Dispatcher::Options options;
-  options.stall_after = 50ms;
-  options.on_failure = [&](const ibev::Failure&) { ++failures; };
-  Dispatcher dispatcher(options);
+BOOST_FIXTURE_TEST_CASE(a_dispatcher_that_keeps_up_is_quiet, Watched) {
   ibv_context device{};
   Counter heard;
   ibev::Handle listener =
-      dispatcher.registry().listen(&device, [&](const Event&) { heard.bump(); });
-  dispatcher.start();
+      dispatcher->registry().listen(&device, [&](const Event&) { heard.bump(); });
+  dispatcher->start();
   for (int i = 1; i <= 20; ++i) {
-    dispatcher.inject(&device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1});
+    dispatcher->inject(&device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1});
     BOOST_REQUIRE(heard.wait_for(i));
     std::this_thread::sleep_for(10ms);
   }
-  dispatcher.stop();
-  BOOST_TEST(failures.load() == 0);
+  dispatcher->stop();
+  BOOST_TEST(said().empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -73,6 +73,10 @@ Device::Device(Token, Dispatcher& dispatcher, ibv_context* context, std::string 
 
 Device::~Device() = default;
 
+// Out of line, as every call that can throw ibev's internal errors: their
+// code stays in libibev (verbs/ownership.h).
+ibv_context* Device::require_open(const char* verb) const { return context_.require(verb); }
+
 void Device::track(std::weak_ptr<detail::Closeable> object) {
   std::lock_guard<std::mutex> lock(objects_mutex_);
   // Forget the objects gone already whenever the list doubles: amortised.

@@ -62,7 +62,7 @@ class Device {
   // Null once closed.
   ibv_context* context() const noexcept { return context_.get(); }
   // The context, or std::system_error(ENODEV) naming `verb` once closed.
-  ibv_context* require_open(const char* verb) const { return context_.require(verb); }
+  ibv_context* require_open(const char* verb) const;
   const std::string& name() const noexcept { return name_; }
   Dispatcher& dispatcher() const noexcept { return dispatcher_; }
   Registry& registry() const noexcept { return dispatcher_.registry(); }

@@ -53,6 +53,7 @@ class Owned {
 
   T* get() const noexcept { return object_; }
   // The object, or std::system_error(ENODEV) naming `verb` once closed.
+  // Call it only from libibev's own .cc files: throw_closed is not exported.
   T* require(const char* verb) const {
     if (object_ == nullptr) throw_closed(verb);
     return object_;

@@ -27,6 +27,8 @@ ProtectionDomain::~ProtectionDomain() = default;
 
 void ProtectionDomain::close() noexcept { pd_.close(); }
 
+ibv_pd* ProtectionDomain::require_open(const char* verb) const { return pd_.require(verb); }
+
 std::shared_ptr<MemoryRegion> MemoryRegion::create(std::shared_ptr<ProtectionDomain> pd,
                                                    void* address, std::size_t length,
                                                    int access) {
@@ -47,5 +49,8 @@ MemoryRegion::MemoryRegion(Token, std::shared_ptr<ProtectionDomain> pd, ibv_mr* 
 MemoryRegion::~MemoryRegion() = default;
 
 void MemoryRegion::close() noexcept { mr_.close(); }
+
+std::uint32_t MemoryRegion::lkey() const { return mr_.require("MemoryRegion::lkey")->lkey; }
+std::uint32_t MemoryRegion::rkey() const { return mr_.require("MemoryRegion::rkey")->rkey; }
 
 }  // namespace ibev

@@ -31,7 +31,7 @@ class ProtectionDomain : public detail::Closeable {
 
   // Null once closed.
   ibv_pd* get() const noexcept { return pd_.get(); }
-  ibv_pd* require_open(const char* verb) const { return pd_.require(verb); }
+  ibv_pd* require_open(const char* verb) const;
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
   void close() noexcept override;
 
@@ -59,8 +59,8 @@ class MemoryRegion : public detail::Closeable {
 
   // Null once closed.
   ibv_mr* get() const noexcept { return mr_.get(); }
-  std::uint32_t lkey() const { return mr_.require("MemoryRegion::lkey")->lkey; }
-  std::uint32_t rkey() const { return mr_.require("MemoryRegion::rkey")->rkey; }
+  std::uint32_t lkey() const;
+  std::uint32_t rkey() const;
   void close() noexcept override;
 
  private:

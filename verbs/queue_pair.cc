@@ -71,6 +71,8 @@ QueuePair::~QueuePair() = default;
 
 void QueuePair::close() noexcept { qp_.close(); }
 
+std::uint32_t QueuePair::qp_num() const { return qp_.require("QueuePair::qp_num")->qp_num; }
+
 void QueuePair::modify(ibv_qp_attr& attr, int mask, const char* step) {
   // ibv_modify_qp returns the errno value itself.
   if (const int rc = ibv_modify_qp(qp_.require(step), &attr, mask); rc != 0) {

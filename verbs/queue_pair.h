@@ -109,7 +109,7 @@ class QueuePair : public detail::Closeable {
 
   // Null once closed.
   ibv_qp* get() const noexcept { return qp_.get(); }
-  std::uint32_t qp_num() const { return qp_.require("QueuePair::qp_num")->qp_num; }
+  std::uint32_t qp_num() const;
   void close() noexcept override;
 
   // ibv_modify_qp; throws std::system_error naming `step` (ENODEV once

@@ -1,6 +1,7 @@
 #include <ibev/core/failure.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <sstream>
 #include <utility>
 
@@ -48,6 +49,18 @@ std::string describe(const Failure& failure) {
   }
   if (!failure.what.empty()) out << ": " << failure.what;
   return out.str();
+}
+
+void send_to(const FailureSink& sink, const Failure& failure) noexcept {
+  if (sink) {
+    const auto threw = exception_text([&] { sink(failure); });
+    if (!threw) return;
+    std::fprintf(stderr, "ibev: the failure sink threw (%s) on: ", threw->c_str());
+  }
+  try {
+    std::fprintf(stderr, "ibev: %s\n", describe(failure).c_str());
+  } catch (...) {
+  }
 }
 
 void throw_system_error(const char* verb, int error) {

@@ -18,6 +18,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -54,6 +55,25 @@ std::string_view to_string(Failure::Kind kind) noexcept;
 std::string describe(const Failure& failure);
 
 using FailureSink = std::function<void(const Failure&)>;
+
+// Hands `failure` to `sink`; with no sink, or one that throws, writes it to
+// stderr. Never throws.
+void send_to(const FailureSink& sink, const Failure& failure) noexcept;
+
+// Runs `call` (a handler, a task); returns the text of what it threw, or
+// nullopt when it returned. The one place ibev catches what application code
+// throws.
+template <typename Call>
+std::optional<std::string> exception_text(Call&& call) noexcept {
+  try {
+    call();
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  } catch (...) {
+    return std::string("an exception not derived from std::exception");
+  }
+}
 
 // Throws std::system_error(error, generic_category(), verb). rdma-core
 // sometimes returns a negative errno, or fails without setting errno: those

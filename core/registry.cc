@@ -8,7 +8,6 @@
 // runs, so handlers may subscribe, release and deliver.
 #include <ibev/core/registry.h>
 
-#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <shared_mutex>
@@ -40,31 +39,22 @@ struct RegistryState {
   }
 
   void report(const Failure& failure) noexcept {
-    try {
-      if (failure.device != nullptr) {
-        DeviceState& state = *device(failure.device);
-        state.failures.fetch_add(1, std::memory_order_relaxed);
-        if (failure.kind == Failure::Kind::kHandlerThrew) {
-          if (failure.event_code) {
-            state.counts_for(*failure.event_code)
-                .handler_failures.fetch_add(1, std::memory_order_relaxed);
-          } else {
-            state.completion_handler_failures.fetch_add(1, std::memory_order_relaxed);
-          }
-        }
-      }
-      if (sink) {
-        sink(failure);
-        return;
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ibev: the failure sink threw (%s) on: ", e.what());
-    } catch (...) {
-      std::fprintf(stderr, "ibev: the failure sink threw on: ");
-    }
-    try {
-      std::fprintf(stderr, "ibev: %s\n", describe(failure).c_str());
-    } catch (...) {
+    // Counting allocates a device's counters the first time: if even that
+    // fails, the failure is still said.
+    static_cast<void>(exception_text([&] { count(failure); }));
+    send_to(sink, failure);
+  }
+
+  void count(const Failure& failure) {
+    if (failure.device == nullptr) return;
+    DeviceState& state = *device(failure.device);
+    state.failures.fetch_add(1, std::memory_order_relaxed);
+    if (failure.kind != Failure::Kind::kHandlerThrew) return;
+    if (failure.event_code) {
+      state.counts_for(*failure.event_code)
+          .handler_failures.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      state.completion_handler_failures.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
@@ -83,20 +73,12 @@ namespace {
 bool call(Subscriber& subscriber, const Event& event,
           const std::shared_ptr<RegistryState>& registry) noexcept {
   if (!subscriber.guard.try_enter()) return false;
-  const auto failed = [&](std::string what) {
-    if (!registry) return;
-    Failure failure = Failure::handler_threw("event handler", std::move(what));
+  if (auto threw = exception_text([&] { subscriber.handler(event); }); threw && registry) {
+    Failure failure = Failure::handler_threw("event handler", std::move(*threw));
     failure.device = event.device();
     failure.object = event.object();
     failure.event_code = event.code();
     registry->report(failure);
-  };
-  try {
-    subscriber.handler(event);
-  } catch (const std::exception& e) {
-    failed(e.what());
-  } catch (...) {
-    failed("an exception not derived from std::exception");
   }
   subscriber.guard.leave();
   return true;

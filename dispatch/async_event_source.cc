@@ -69,12 +69,7 @@ class AsyncEventSource final : public Source {
     failure.kind = Failure::Kind::kDeviceLost;
     failure.device = device_;
     reactor_.report(failure);
-    bool intact = true;
-    {
-      std::lock_guard<std::mutex> lock(reactor_.mutex());
-      if (reactor_.take_locked(id())) intact = reactor_.retire_locked(*this);
-    }
-    if (!intact) reactor_.report_closed_fd(*this);
+    reactor_.remove(id());  // not waited on: this is the one serving it
     bump(reactor_.stats().devices_lost);
     try {
       reactor_.registry().deliver(reactor_.registry().resolve(

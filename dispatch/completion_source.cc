@@ -136,13 +136,8 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
 
   void call_handler(const CompletionBatch& batch) noexcept {
     acquire_before_completion(cq_);  // what was written before the post
-    try {
-      handler_(batch);
-    } catch (const std::exception& e) {
-      report(Failure::handler_threw("completion handler", e.what()));
-    } catch (...) {
-      report(Failure::handler_threw("completion handler",
-                                    "an exception not derived from std::exception"));
+    if (auto threw = exception_text([&] { handler_(batch); })) {
+      report(Failure::handler_threw("completion handler", std::move(*threw)));
     }
   }
 

@@ -60,13 +60,8 @@ class FdSource final : public Source, public std::enable_shared_from_this<FdSour
 
  private:
   void call(Reactor& reactor, std::uint32_t revents) noexcept {
-    try {
-      handler_(revents);
-    } catch (const std::exception& e) {
-      report(reactor, Failure::handler_threw("fd handler", e.what()));
-    } catch (...) {
-      report(reactor, Failure::handler_threw(
-                          "fd handler", "an exception not derived from std::exception"));
+    if (auto threw = exception_text([&] { handler_(revents); })) {
+      report(reactor, Failure::handler_threw("fd handler", std::move(*threw)));
     }
   }
 

@@ -121,23 +121,26 @@ void Reactor::report_closed_fd(const Source& source) noexcept {
   report(failure);
 }
 
+std::shared_ptr<Source> Reactor::remove(std::uint64_t source_id) noexcept {
+  std::shared_ptr<Source> source;
+  bool intact = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    source = take_locked(source_id);
+    if (source) intact = retire_locked(*source);
+  }
+  if (source && !intact) report_closed_fd(*source);
+  return source;
+}
+
 Handle Reactor::handle_for(const std::shared_ptr<Reactor>& reactor,
                            std::uint64_t source_id) {
   return Handle([weak = std::weak_ptr<Reactor>(reactor), source_id,
                  owner = reactor->owner_]() noexcept {
     if (::getpid() != owner) return;  // a forked child's copy: inert
-    auto self = weak.lock();
-    if (!self) return;
-    std::shared_ptr<Source> source;
-    bool intact = true;
-    {
-      std::lock_guard<std::mutex> lock(self->mutex_);
-      source = self->take_locked(source_id);
-      if (source) intact = self->retire_locked(*source);
+    if (auto self = weak.lock()) {
+      if (auto source = self->remove(source_id)) source->guard().wait_idle();
     }
-    if (!source) return;
-    if (!intact) self->report_closed_fd(*source);
-    source->guard().wait_idle();
   });
 }
 
@@ -171,13 +174,8 @@ void Reactor::run_posted() noexcept {
     ready.swap(posted_);
   }
   for (Task& task : ready) {
-    try {
-      task();
-    } catch (const std::exception& e) {
-      report(Failure::handler_threw("task posted to the dispatcher", e.what()));
-    } catch (...) {
-      report(Failure::handler_threw("task posted to the dispatcher",
-                                    "an exception not derived from std::exception"));
+    if (auto threw = exception_text(task)) {
+      report(Failure::handler_threw("task posted to the dispatcher", std::move(*threw)));
     }
   }
 }

@@ -71,6 +71,10 @@ class Reactor {
   // (epoll forgets a closed fd silently): the caller reports that, unlocked.
   bool retire_locked(Source& source) noexcept;
   void report_closed_fd(const Source& source) noexcept;
+  // take_locked() and retire_locked() in one critical section, and the
+  // report of a closed fd after it; returns the source (null if gone
+  // already) for the caller to wait on, unless it is the caller.
+  std::shared_ptr<Source> remove(std::uint64_t source_id) noexcept;
   // A Handle whose release takes the source out (tables, epoll set, flags,
   // in one critical section) and waits until the reactor is done with it.
   static Handle handle_for(const std::shared_ptr<Reactor>& reactor,

@@ -1,7 +1,5 @@
 #include <ibev/dispatch/worker_thread.h>
 
-#include <cstdio>
-#include <exception>
 #include <stdexcept>
 #include <utility>
 
@@ -44,20 +42,8 @@ void WorkerThread::run() {
     Task task = std::move(tasks_.front());
     tasks_.pop_front();
     lock.unlock();
-    try {
-      task();
-    } catch (const std::exception& e) {
-      Failure failure = Failure::handler_threw("task on a WorkerThread", e.what());
-      if (on_failure_) {
-        try {
-          on_failure_(failure);
-        } catch (...) {
-        }
-      } else {
-        std::fprintf(stderr, "ibev: %s\n", describe(failure).c_str());
-      }
-    } catch (...) {
-      std::fprintf(stderr, "ibev: a task on a WorkerThread threw a non-std exception\n");
+    if (auto threw = exception_text(task)) {
+      send_to(on_failure_, Failure::handler_threw("task on a WorkerThread", std::move(*threw)));
     }
     lock.lock();
   }

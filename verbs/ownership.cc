@@ -1,6 +1,5 @@
 #include <ibev/verbs/ownership.h>
 
-#include <cstdio>
 #include <string>
 
 namespace ibev::detail {
@@ -15,11 +14,8 @@ void report_destroy_failure(Registry* registry, ibv_context* device, const char*
   failure.object = object;
   if (registry != nullptr) {
     registry->report(failure);
-    return;
-  }
-  try {
-    std::fprintf(stderr, "ibev: %s\n", describe(failure).c_str());
-  } catch (...) {
+  } else {
+    send_to({}, failure);
   }
 }
 

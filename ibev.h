@@ -25,6 +25,7 @@
 #include <ibev/dispatch/worker_thread.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/shared_receive_queue.h>

@@ -94,7 +94,26 @@ Event Event::from_async(ibv_context* device,
     case ElementKind::kDevice:
       break;
   }
-  return Event(device, code, WholeDevice{}, false);
+  const DeviceLoss loss = code == IBV_EVENT_DEVICE_FATAL ? DeviceLoss::kFatal : DeviceLoss::kNone;
+  return Event(device, code, WholeDevice{}, false, loss);
+}
+
+Event Event::device_lost(ibv_context* device, DeviceLoss loss) noexcept {
+  return Event(device, IBV_EVENT_DEVICE_FATAL, WholeDevice{}, true, loss);
+}
+
+std::string_view to_string(DeviceLoss loss) noexcept {
+  switch (loss) {
+    case DeviceLoss::kNone:
+      return "none";
+    case DeviceLoss::kRemoved:
+      return "removed";
+    case DeviceLoss::kFatal:
+      return "fatal";
+    case DeviceLoss::kAsyncFdFailed:
+      return "async fd failed";
+  }
+  return "unknown";
 }
 
 Event Event::synthesize(ibv_context* device, int code, Element element) {

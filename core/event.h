@@ -46,6 +46,18 @@ struct OpaqueElement {
   }
 };
 
+// Why a device is gone, as the DEVICE_FATAL that says so carries it. Only
+// DEVICE_FATAL carries one, and only when the device really is gone: events
+// injected with Dispatcher::inject() never do.
+enum class DeviceLoss : std::uint8_t {
+  kNone,           // not a loss
+  kRemoved,        // the kernel removed it: its uverbs node went away (a
+                   // `rdma link delete`, the netdev deleted, an unbind)
+  kFatal,          // the kernel reported DEVICE_FATAL
+  kAsyncFdFailed,  // its async fd failed (EPOLLERR, EPOLLHUP, a read error)
+};
+std::string_view to_string(DeviceLoss loss) noexcept;
+
 using Element = std::variant<ibv_cq*, ibv_qp*, ibv_srq*, ibv_wq*, Port,
                              WholeDevice, OpaqueElement>;
 
@@ -63,6 +75,9 @@ class Event {
   // vanished). Throws std::invalid_argument when `element` is not what `code`
   // carries, or names a null object or a port below 1.
   static Event synthesize(ibv_context* device, int code, Element element);
+  // The DEVICE_FATAL ibev sends a device's listeners when it notices the
+  // device is gone by other means than the kernel's own DEVICE_FATAL.
+  static Event device_lost(ibv_context* device, DeviceLoss loss) noexcept;
 
   ibv_context* device() const noexcept { return device_; }
   int code() const noexcept { return code_; }
@@ -88,13 +103,18 @@ class Event {
 
   // True for events ibev made itself, which are never acked to rdma-core.
   bool synthesized() const noexcept { return synthesized_; }
+  // Why the device is gone, for a DEVICE_FATAL that means it is (the
+  // kernel's own: kFatal); kNone for every other event.
+  DeviceLoss loss() const noexcept { return loss_; }
 
  private:
-  Event(ibv_context* device, int code, Element element, bool synthesized)
+  Event(ibv_context* device, int code, Element element, bool synthesized,
+        DeviceLoss loss = DeviceLoss::kNone)
       : device_(device),
         code_(code),
         element_(element),
-        synthesized_(synthesized) {}
+        synthesized_(synthesized),
+        loss_(loss) {}
 
   template <typename T>
   T get() const noexcept {
@@ -106,6 +126,7 @@ class Event {
   int code_;
   Element element_;
   bool synthesized_;
+  DeviceLoss loss_;
 };
 
 }  // namespace ibev

@@ -153,6 +153,12 @@ class Registry {
 
   CounterSnapshot counters(ibv_context* device) const;
 
+  // `device` is closed: its listeners hear nothing more (their handles stay,
+  // inert) and its counters go, so that a device opened later at the same
+  // address (a re-added one) starts afresh. Events resolved before are still
+  // delivered.
+  void forget(ibv_context* device) noexcept;
+
  private:
   Handle attach_object(const char* verb, const void* object, ElementKind kind,
                        EventFilter filter, Handler handler, Executor executor);

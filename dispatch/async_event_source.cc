@@ -2,10 +2,17 @@
 // read (ibv_get_async_event) -> resolve in the Registry -> ack
 // (ibv_ack_async_event) -> deliver. Resolving before the ack is the point:
 // once acked, the object may be destroyed and its address reused, and the
-// event must not reach the newcomer. A failed fd means the device is gone.
+// event must not reach the newcomer.
+//
+// The device's end comes here too, whichever way it is noticed: its uverbs
+// node removed (device_tracker.cc), its fd failing, or the kernel's own
+// DEVICE_FATAL. The source leaves the loop, and the device's listeners hear
+// DEVICE_FATAL carrying the DeviceLoss; delivery goes through the watcher's
+// AsyncDelivery, where the Device wrapper marks itself dead first and closes
+// after (verbs/device.cc).
 //
 // Locking: none of its own; the reactor's tables (reactor.cc) guard its
-// joining and leaving.
+// joining and leaving, its CallGuard a loss noticed by the tracker.
 #include <sys/epoll.h>
 
 #include <cerrno>
@@ -14,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "device_tracker.h"
 #include "reactor.h"
 #include "sources.h"
 
@@ -22,12 +30,19 @@ namespace {
 
 class AsyncEventSource final : public Source {
  public:
-  AsyncEventSource(Reactor& reactor, ibv_context* device, int original_flags)
-      : Source(device->async_fd, original_flags), reactor_(reactor), device_(device) {}
+  AsyncEventSource(Reactor& reactor, ibv_context* device, int original_flags,
+                   AsyncDelivery deliver)
+      : Source(device->async_fd, original_flags),
+        reactor_(reactor),
+        device_(device),
+        deliver_(std::move(deliver)) {}
+
+  // Set once, right after joining the reactor; dropped with the source.
+  void tracked_by(Handle tracked) { tracked_ = std::move(tracked); }
 
   void serve(std::uint32_t revents) noexcept override {
     if ((revents & (EPOLLERR | EPOLLHUP)) != 0) {
-      lose_device((revents & EPOLLERR) ? "EPOLLERR" : "EPOLLHUP", 0);
+      fd_failed((revents & EPOLLERR) ? "EPOLLERR" : "EPOLLHUP", 0);
       return;
     }
     for (unsigned i = 0; i < reactor_.options().batch; ++i) {
@@ -36,7 +51,7 @@ class AsyncEventSource final : public Source {
         const int error = errno;
         if (error == EAGAIN || error == EWOULDBLOCK) return;
         if (error == EINTR) continue;
-        lose_device("ibv_get_async_event", error);
+        fd_failed("ibv_get_async_event", error);
         return;
       }
       bump(reactor_.stats().async_events);
@@ -47,10 +62,22 @@ class AsyncEventSource final : public Source {
         report_verb("Registry::resolve", ENOMEM, e.what());
       }
       ibv_ack_async_event(&raw);
-      if (delivery) reactor_.registry().deliver(*delivery);
+      if (delivery) {
+        const bool fatal = delivery->event().loss() == DeviceLoss::kFatal;
+        if (fatal) reactor_.remove(id());  // the kernel's last word
+        deliver(std::move(*delivery));
+        if (fatal) return;
+      }
       // Released from a handler: the device may be closed already.
       if (guard().closed()) return;
     }
+  }
+
+  // The tracker saw the device's uverbs node go: it is being removed.
+  void removed() noexcept {
+    if (!guard().try_enter()) return;  // released meanwhile
+    lose_device(DeviceLoss::kRemoved);
+    guard().leave();
   }
 
  private:
@@ -60,48 +87,75 @@ class AsyncEventSource final : public Source {
     reactor_.report(failure);
   }
 
-  // The fd failed: the device is gone. Its listeners hear DEVICE_FATAL, as
-  // they would from the kernel, marked synthesized.
-  void lose_device(const char* how, int error) noexcept {
+  // Something the kernel did not mean: a failure, then the loss.
+  void fd_failed(const char* how, int error) noexcept {
     Failure failure = Failure::verb_failed(how, error,
                                            "the device's async fd failed; sending "
                                            "DEVICE_FATAL to its listeners");
     failure.kind = Failure::Kind::kDeviceLost;
     failure.device = device_;
     reactor_.report(failure);
-    reactor_.remove(id());  // not waited on: this is the one serving it
+    lose_device(DeviceLoss::kAsyncFdFailed);
+  }
+
+  // The device is gone: the source leaves the loop (not waited on: the
+  // dispatching thread is the one serving it), and the listeners hear
+  // DEVICE_FATAL, as they would from the kernel, marked synthesized.
+  void lose_device(DeviceLoss loss) noexcept {
+    reactor_.remove(id());
     bump(reactor_.stats().devices_lost);
     try {
-      reactor_.registry().deliver(reactor_.registry().resolve(
-          Event::synthesize(device_, IBV_EVENT_DEVICE_FATAL, WholeDevice{})));
+      deliver(reactor_.registry().resolve(Event::device_lost(device_, loss)));
     } catch (const std::exception& e) {
-      report_verb("Registry::deliver(DEVICE_FATAL)", ENOMEM, e.what());
+      report_verb("Registry::resolve(DEVICE_FATAL)", ENOMEM, e.what());
+    }
+  }
+
+  void deliver(Delivery delivery) noexcept {
+    if (!deliver_) {
+      reactor_.registry().deliver(delivery);
+      return;
+    }
+    if (auto threw = exception_text([&] { deliver_(std::move(delivery)); })) {
+      Failure failure = Failure::handler_threw("async delivery", std::move(*threw));
+      failure.device = device_;
+      reactor_.report(failure);
     }
   }
 
   Reactor& reactor_;
   ibv_context* const device_;
+  const AsyncDelivery deliver_;
+  Handle tracked_;
 };
 
 }  // namespace
 
-Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* device) {
+Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* device,
+                          AsyncDelivery deliver, DeviceTracker* tracker) {
   if (device == nullptr) {
     throw std::invalid_argument("Dispatcher::watch_async_events: the device is null");
   }
-  std::uint64_t id;
+  std::shared_ptr<AsyncEventSource> source;
   {
     std::lock_guard<std::mutex> lock(reactor->mutex());
     if (reactor->find_fd_locked(device->async_fd)) {
       throw std::invalid_argument(
           "Dispatcher::watch_async_events: the device is watched already");
     }
-    auto source = std::make_shared<AsyncEventSource>(*reactor, device,
-                                                     make_nonblocking(device->async_fd));
+    source = std::make_shared<AsyncEventSource>(
+        *reactor, device, make_nonblocking(device->async_fd), std::move(deliver));
     reactor->add_locked(source);
-    id = source->id();
   }
-  return Reactor::handle_for(reactor, id);
+  Handle handle = Reactor::handle_for(reactor, source->id());
+  if (tracker != nullptr && device->device != nullptr) {
+    source->tracked_by(tracker->track(
+        device->device->dev_name,
+        [weak = std::weak_ptr<AsyncEventSource>(source)] {
+          if (auto source = weak.lock()) source->removed();
+        }));
+  }
+  return handle;
 }
 
 }  // namespace ibev::detail

@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "device_tracker.h"
 #include "reactor.h"
 #include "sources.h"
 
@@ -233,8 +234,46 @@ std::size_t Dispatcher::run_once(std::chrono::milliseconds timeout) {
   return reactor_->run_turn(static_cast<int>(timeout.count()));
 }
 
-Handle Dispatcher::watch_async_events(ibv_context* device) {
-  return detail::watch_async_events(reactor_, device);
+Handle Dispatcher::watch_async_events(ibv_context* device, AsyncDelivery deliver) {
+  return detail::watch_async_events(reactor_, device, std::move(deliver), tracker().get());
+}
+
+std::shared_ptr<detail::DeviceTracker> Dispatcher::tracker() {
+  if (reactor_->options().device_monitor == DeviceMonitor::kOff) return nullptr;
+  std::lock_guard<std::mutex> lock(tracker_mutex_);
+  if (!tracker_) tracker_ = detail::DeviceTracker::start(reactor_, reactor_->options().device_monitor);
+  return tracker_;
+}
+
+Handle Dispatcher::watch_devices(DeviceWatcher watcher) {
+  if (!watcher) throw std::invalid_argument("Dispatcher::watch_devices: the watcher is empty");
+  auto tracker = this->tracker();
+  if (!tracker) {
+    throw std::invalid_argument(
+        "Dispatcher::watch_devices: Options::device_monitor is kOff");
+  }
+  return tracker->watch(std::move(watcher));
+}
+
+DeviceMonitor Dispatcher::device_monitor() const {
+  std::lock_guard<std::mutex> lock(tracker_mutex_);
+  return tracker_ ? tracker_->kind() : DeviceMonitor::kOff;
+}
+
+std::string_view to_string(DeviceMonitor monitor) noexcept {
+  switch (monitor) {
+    case DeviceMonitor::kAuto:
+      return "auto";
+    case DeviceMonitor::kUevents:
+      return "uevents";
+    case DeviceMonitor::kInotify:
+      return "inotify";
+    case DeviceMonitor::kRescan:
+      return "rescan";
+    case DeviceMonitor::kOff:
+      return "off";
+  }
+  return "unknown";
 }
 
 Handle Dispatcher::watch_completions(ibv_cq* cq, CompletionOptions options,

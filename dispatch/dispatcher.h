@@ -64,6 +64,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include <ibev/core/event.h>
@@ -77,6 +79,7 @@
 namespace ibev {
 
 namespace detail {
+class DeviceTracker;
 class Reactor;
 class Watchdog;
 }  // namespace detail
@@ -97,6 +100,29 @@ IBEV_DECLARE_STATS(DispatcherStats, IBEV_DISPATCHER_STATS);
 // Called with what epoll reported for the fd (EPOLLIN, EPOLLERR, ...).
 using FdHandler = std::function<void(std::uint32_t revents)>;
 
+// How a Dispatcher notices RDMA devices come and go (docs/design.md, "Device
+// lifecycle"). The kernel removes a device's uverbs node ~0.1 s into a delete
+// and then waits for every process to close the device; noticing the node go
+// is what lets ibev close it.
+enum class DeviceMonitor : std::uint8_t {
+  kAuto,     // the first that starts of the three below
+  kUevents,  // the kernel's NETLINK_KOBJECT_UEVENT messages
+  kInotify,  // /dev/infiniband's nodes (no uevent socket, as in some containers)
+  kRescan,   // /sys/class/infiniband_verbs, every 250 ms
+  kOff,      // not noticed: a removed device stays open until closed
+};
+std::string_view to_string(DeviceMonitor monitor) noexcept;
+
+enum class DeviceChange : std::uint8_t { kAdded, kRemoved };
+// `node`: the device's uverbs node, as ibv_device::dev_name says ("uverbs0");
+// a device re-added under the same name may get another.
+using DeviceWatcher = std::function<void(DeviceChange change, const std::string& node)>;
+
+// How a device's resolved async events reach its handlers; by default
+// Registry::deliver. The Device wrapper puts the kernel's cache refresh and
+// its own end around it (verbs/device.h).
+using AsyncDelivery = std::function<void(Delivery delivery)>;
+
 class Dispatcher {
  public:
   struct Options {
@@ -107,6 +133,8 @@ class Dispatcher {
     FailureSink on_failure;
     // The watchdog's threshold (see above); zero: no watchdog.
     std::chrono::milliseconds stall_after{1000};
+    // Started with the first watch_async_events() or watch_devices().
+    DeviceMonitor device_monitor = DeviceMonitor::kAuto;
   };
 
   // Builds the epoll loop and the registry; starts no dispatching thread.
@@ -140,12 +168,24 @@ class Dispatcher {
   std::size_t run_once(std::chrono::milliseconds timeout);
 
   // Serves `device`'s async events (its fd made non-blocking; restored on
-  // release). When the fd fails (EPOLLERR/EPOLLHUP, or a read error but
-  // EAGAIN) the device is gone: its listeners get a synthesized DEVICE_FATAL,
-  // a kDeviceLost Failure is reported and the fd is no longer watched.
-  // Throws std::invalid_argument (null, already watched) or
-  // std::system_error (fcntl, epoll_ctl).
-  Handle watch_async_events(ibv_context* device);
+  // release), delivered through `deliver` if given. The device is lost when
+  // its uverbs node is removed (DeviceLoss::kRemoved; see DeviceMonitor), its
+  // fd fails (EPOLLERR/EPOLLHUP, or a read error but EAGAIN:
+  // kAsyncFdFailed, also reported as a kDeviceLost Failure), or the kernel
+  // says DEVICE_FATAL (kFatal): the fd is no longer watched, and its
+  // listeners get DEVICE_FATAL carrying that loss (synthesized, but for
+  // the kernel's own). Throws std::invalid_argument (null, already watched)
+  // or std::system_error (fcntl, epoll_ctl; the device monitor's calls).
+  Handle watch_async_events(ibv_context* device, AsyncDelivery deliver = {});
+
+  // `watcher` hears, on the dispatching thread, kAdded for every device
+  // present (from the next turn), then every device added or removed, in
+  // the order the kernel announced them; a removal after the removed
+  // device's listeners heard DEVICE_FATAL. Throws std::invalid_argument
+  // (empty, monitor kOff) or std::system_error (the monitor's calls).
+  Handle watch_devices(DeviceWatcher watcher);
+  // The monitor running; kOff until the first watch that needs it.
+  DeviceMonitor device_monitor() const;
 
   // Delivers `handler` the completions of `cq`, which must have a completion
   // channel, and arms the CQ before returning: the CQ must have no
@@ -185,6 +225,9 @@ class Dispatcher {
   std::mutex control_;                   // start() and stop() among app threads
   std::unique_ptr<std::thread> thread_;  // between start() and its join
   std::unique_ptr<detail::Watchdog> watchdog_;
+  std::shared_ptr<detail::DeviceTracker> tracker();
+  mutable std::mutex tracker_mutex_;
+  std::shared_ptr<detail::DeviceTracker> tracker_;  // made by the first watch needing it
 };
 
 }  // namespace ibev

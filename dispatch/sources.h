@@ -16,8 +16,11 @@
 namespace ibev::detail {
 
 class Reactor;
+class DeviceTracker;
 
-Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* device);
+// `tracker`: null when devices are not monitored (DeviceMonitor::kOff).
+Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* device,
+                          AsyncDelivery deliver, DeviceTracker* tracker);
 
 Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
                          CompletionOptions options, CompletionHandler handler);

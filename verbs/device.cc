@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <stdexcept>
+#include <system_error>
 #include <string>
 #include <utility>
 
@@ -48,34 +50,136 @@ std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, std::string_view na
   const DeviceList list = device_list(count);
   for (int i = 0; i < count; ++i) {
     ibv_device* device = list.get()[i];
-    const std::string device_name = ibv_get_device_name(device);
-    if (!name.empty() && name != device_name) continue;
-    ibv_context* context = ibv_open_device(device);
-    if (context == nullptr) throw_open_error(device, errno);
-    return std::make_shared<Device>(Token{}, dispatcher, context, device_name);
+    if (!name.empty() && name != ibv_get_device_name(device)) continue;
+    return open_device(dispatcher, device, {});
   }
   throw_system_error(name.empty() ? "ibv_get_device_list (no RDMA device)"
                                   : "ibv_open_device (no such device)",
                      ENODEV);
 }
 
-Device::Device(Token, Dispatcher& dispatcher, ibv_context* context, std::string name)
+std::shared_ptr<Device> Device::open_node(Dispatcher& dispatcher, const std::string& node,
+                                          LossHook on_lost) {
+  int count = 0;
+  const DeviceList list = device_list(count);
+  for (int i = 0; i < count; ++i) {
+    ibv_device* device = list.get()[i];
+    if (node == device->dev_name) return open_device(dispatcher, device, std::move(on_lost));
+  }
+  return nullptr;
+}
+
+std::shared_ptr<Device> Device::open_device(Dispatcher& dispatcher, ibv_device* device,
+                                            LossHook on_lost) {
+  ibv_context* context = ibv_open_device(device);
+  if (context == nullptr) throw_open_error(device, errno);
+  return std::make_shared<Device>(Token{}, dispatcher, context, std::move(on_lost));
+}
+
+Device::Device(Token, Dispatcher& dispatcher, ibv_context* context, LossHook on_lost)
     : dispatcher_(dispatcher),
       context_(context, context, &dispatcher.registry()),
-      name_(std::move(name)) {
+      name_(ibv_get_device_name(context->device)),
+      node_(context->device->dev_name),
+      on_lost_(std::move(on_lost)) {
   try {
-    context_.serve_with(dispatcher.watch_async_events(context));
+    ibv_device_attr attr{};
+    if (const int rc = ibv_query_device(context, &attr); rc != 0) {
+      throw_system_error("ibv_query_device", rc);
+    }
+    ports_.resize(attr.phys_port_cnt);
+    for (std::uint8_t port = 1; port <= attr.phys_port_cnt; ++port) refresh_port(port);
+    context_.serve_with(dispatcher.watch_async_events(
+        context, [this](Delivery delivery) { deliver(std::move(delivery)); }));
   } catch (...) {
     context_.close();
     throw;
   }
 }
 
-Device::~Device() = default;
+// Nothing made on it is left (each holds the Device); close() also makes
+// the Registry forget it.
+Device::~Device() { close(); }
+
+// The end of the device and the kernel's cache-before-notify rule, in the
+// order the header promises. On the dispatching thread; `this` is alive (the
+// Device's destructor waits for this source), but may be on its way out
+// (nobody holds it): then it only delivers.
+void Device::deliver(Delivery delivery) {
+  const Event& event = delivery.event();
+  if (const auto port = event.port()) refresh_port(static_cast<std::uint8_t>(*port));
+  const DeviceLoss loss = event.loss();
+  if (loss == DeviceLoss::kNone) {
+    registry().deliver(delivery);
+    return;
+  }
+  const std::shared_ptr<Device> self = weak_from_this().lock();
+  loss_.store(loss);
+  registry().deliver(delivery);
+  if (!self) return;
+  if (on_lost_) on_lost_(self, loss);
+  close();
+}
+
+void Device::refresh_port(std::uint8_t port) noexcept {
+  ibv_context* context = context_.get();
+  if (context == nullptr || port < 1 || port > ports_.size()) return;
+  CachedPort fresh;
+  int error = ibv_query_port(context, port, &fresh.attributes);
+  if (error == 0 && fresh.attributes.gid_tbl_len > 0) {
+    try {
+      // rdma-core reads every port's table at once; this port's entries are
+      // kept.
+      std::vector<ibv_gid_entry> table(static_cast<std::size_t>(fresh.attributes.gid_tbl_len) *
+                                       ports_.size());
+      const ssize_t n = ibv_query_gid_table(context, table.data(), table.size(), 0);
+      if (n < 0) {
+        error = static_cast<int>(-n);
+      } else {
+        for (ssize_t i = 0; i < n; ++i) {
+          if (table[static_cast<std::size_t>(i)].port_num == port) {
+            fresh.gids.push_back(table[static_cast<std::size_t>(i)]);
+          }
+        }
+      }
+    } catch (const std::bad_alloc&) {
+      error = ENOMEM;
+    }
+  }
+  if (error != 0) {
+    // A device being deleted answers ENODEV before it is lost: its end is
+    // on its way, and the cache keeps what it last read.
+    if (error != ENODEV) {
+      Failure failure = Failure::verb_failed("ibv_query_port/ibv_query_gid_table", error,
+                                             "refreshing the cached port " + std::to_string(port));
+      failure.device = context;
+      registry().report(failure);
+    }
+    return;
+  }
+  std::lock_guard<std::mutex> lock(ports_mutex_);
+  ports_[port - 1] = std::move(fresh);
+}
+
+CachedPort Device::cached_port(std::uint8_t port) const {
+  std::lock_guard<std::mutex> lock(ports_mutex_);
+  if (port < 1 || port > ports_.size()) {
+    throw std::out_of_range("Device::cached_port: " + name_ + " has ports 1.." +
+                            std::to_string(ports_.size()) + ", not " + std::to_string(port));
+  }
+  return ports_[port - 1];
+}
 
 // Out of line, as every call that can throw ibev's internal errors: their
 // code stays in libibev (verbs/ownership.h).
-ibv_context* Device::require_open(const char* verb) const { return context_.require(verb); }
+ibv_context* Device::require_open(const char* verb) const {
+  if (const DeviceLoss loss = loss_.load(); loss != DeviceLoss::kNone) {
+    throw std::system_error(ENODEV, std::generic_category(),
+                            std::string(verb) + ": " + name_ + " is gone (" +
+                                std::string(to_string(loss)) + ")");
+  }
+  return context_.require(verb);
+}
 
 void Device::track(std::weak_ptr<detail::Closeable> object) {
   std::lock_guard<std::mutex> lock(objects_mutex_);
@@ -98,6 +202,9 @@ void Device::close() noexcept {
   for (auto it = objects.rbegin(); it != objects.rend(); ++it) {
     if (auto object = it->lock()) object->close();
   }
+  // Forgotten while the context is still open: no device opened after can
+  // have its address yet.
+  if (ibv_context* context = context_.get()) registry().forget(context);
   context_.close();
 }
 

@@ -15,6 +15,22 @@
 // calls that need the rdma-core object throw std::system_error(ENODEV). Other
 // threads must have stopped using the objects (posting, polling) first.
 //
+// The end of a device. When the kernel removes it (`rdma link delete`, its
+// netdev deleted, an unbind; noticed through Dispatcher::Options::
+// device_monitor), reports DEVICE_FATAL, or its async fd fails, the Device is
+// lost, on the dispatching thread, in this order: it is marked dead (loss()
+// says why; making objects on it throws ENODEV), its listeners hear
+// DEVICE_FATAL carrying the DeviceLoss, its owner's clients hear remove
+// (verbs/device_clients.h), and then ibev close()s it. So the kernel's delete,
+// which waits for every process to close the device, completes: listeners
+// and clients' remove are where the application stops using the device's
+// objects, as an ib_client's remove is in the kernel. Handles stay valid and
+// inert; the objects' calls throw ENODEV.
+//
+// The kernel's cache-before-notify rule (ib_cache_event_task): on a port
+// event, cached_port() is refreshed before any listener runs, so a listener
+// of PORT_ACTIVE reads the port active.
+//
 // Thread-safety: all members may be called from any thread. Handlers given to
 // on_event() run on the dispatching thread unless given an executor. The
 // Dispatcher must outlive the Device (see dispatch/dispatcher.h).
@@ -23,7 +39,9 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,7 +61,14 @@ namespace detail {
 inline constexpr char kCloseDevice[] = "ibv_close_device";
 }  // namespace detail
 
-class Device {
+// What the Device last read of a port: on opening, and on each port event
+// before its listeners run.
+struct CachedPort {
+  ibv_port_attr attributes{};        // state, LID, active MTU, ...
+  std::vector<ibv_gid_entry> gids;   // the valid entries of the GID table
+};
+
+class Device : public std::enable_shared_from_this<Device> {
  public:
   // Opens the device called `name`, or the first one when `name` is empty,
   // and has `dispatcher` serve its async events. Throws std::system_error
@@ -61,9 +86,15 @@ class Device {
 
   // Null once closed.
   ibv_context* context() const noexcept { return context_.get(); }
-  // The context, or std::system_error(ENODEV) naming `verb` once closed.
+  // The context, or std::system_error(ENODEV) naming `verb` once lost or
+  // closed.
   ibv_context* require_open(const char* verb) const;
   const std::string& name() const noexcept { return name_; }
+  // The uverbs node the kernel announces it by ("uverbs0"). A device
+  // re-added under the same name is another Device: names are not identity.
+  const std::string& node() const noexcept { return node_; }
+  // kNone while the device is there; why it is gone after.
+  DeviceLoss loss() const noexcept { return loss_.load(); }
   Dispatcher& dispatcher() const noexcept { return dispatcher_; }
   Registry& registry() const noexcept { return dispatcher_.registry(); }
 
@@ -73,6 +104,9 @@ class Device {
 
   ibv_port_attr query_port(std::uint8_t port) const;
   ibv_gid query_gid(std::uint8_t port, int index) const;
+  // Ports count from 1 to port_count(). Throws std::out_of_range.
+  CachedPort cached_port(std::uint8_t port) const;
+  std::uint8_t port_count() const noexcept { return static_cast<std::uint8_t>(ports_.size()); }
 
   // Closes everything made on the device, then the device. Idempotent.
   void close() noexcept;
@@ -81,15 +115,34 @@ class Device {
   void track(std::weak_ptr<detail::Closeable> object);
 
  private:
+  friend class DeviceClients;
   struct Token {};
+  // Told, after the listeners, that the device is lost (DeviceClients).
+  using LossHook = std::function<void(const std::shared_ptr<Device>&, DeviceLoss)>;
+
+  // Opens the device whose uverbs node is `node`; null when it is not there
+  // (any more).
+  static std::shared_ptr<Device> open_node(Dispatcher& dispatcher, const std::string& node,
+                                           LossHook on_lost);
+  static std::shared_ptr<Device> open_device(Dispatcher& dispatcher, ibv_device* device,
+                                             LossHook on_lost);
 
  public:
-  Device(Token, Dispatcher& dispatcher, ibv_context* context, std::string name);
+  Device(Token, Dispatcher& dispatcher, ibv_context* context, LossHook on_lost);
 
  private:
+  // Every async event of the device reaches its handlers through here.
+  void deliver(Delivery delivery);
+  void refresh_port(std::uint8_t port) noexcept;
+
   Dispatcher& dispatcher_;
   detail::Owned<ibv_context, ibv_close_device, detail::kCloseDevice> context_;
-  std::string name_;
+  const std::string name_;
+  const std::string node_;
+  const LossHook on_lost_;
+  std::atomic<DeviceLoss> loss_{DeviceLoss::kNone};
+  mutable std::mutex ports_mutex_;
+  std::vector<CachedPort> ports_;  // [0] is port 1
   std::mutex close_mutex_;  // one close() at a time
   std::mutex objects_mutex_;
   std::vector<std::weak_ptr<detail::Closeable>> objects_;  // in creation order

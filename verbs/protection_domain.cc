@@ -27,7 +27,11 @@ ProtectionDomain::~ProtectionDomain() = default;
 
 void ProtectionDomain::close() noexcept { pd_.close(); }
 
-ibv_pd* ProtectionDomain::require_open(const char* verb) const { return pd_.require(verb); }
+// A domain of a lost device makes nothing more either.
+ibv_pd* ProtectionDomain::require_open(const char* verb) const {
+  device_->require_open(verb);
+  return pd_.require(verb);
+}
 
 std::shared_ptr<MemoryRegion> MemoryRegion::create(std::shared_ptr<ProtectionDomain> pd,
                                                    void* address, std::size_t length,

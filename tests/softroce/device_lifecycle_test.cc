@@ -1,0 +1,372 @@
+// Devices that vanish and return, on soft-RoCE: an application holding QPs,
+// CQs, an SRQ, a memory region and completion traffic (with a completion
+// handler mid-call on a worker thread) must let `rdma link delete` and `ip
+// link del` of the netdev complete, hear remove once, and pick the device up
+// again when it is re-added. Each way of noticing (uevents, inotify, rescans)
+// is tried. The kernel's delete blocks for as long as any process holds the
+// device open (../shared/rxe-6.12-and-device-removal.md), so a hang here is
+// the bug, bounded by a watch that closes everything and fails.
+#define BOOST_TEST_MODULE ibev_softroce_device_lifecycle
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ibev/dispatch/worker_thread.h>
+#include <ibev/verbs/device_clients.h>
+
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+
+using namespace ibev;
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+namespace data = boost::unit_test::data;
+
+namespace {
+
+constexpr int kSlots = 16;
+
+// What an application makes on a device: one object of every kind and RC
+// traffic that keeps itself going: b receives from the SRQ, each receive
+// completion reposts it and sends another from a. The completion handler
+// runs on a worker thread and takes a while, so a removal finds it mid-call.
+struct Resources {
+  explicit Resources(const std::shared_ptr<Device>& device, Executor executor,
+                     std::atomic<int>& completions, std::atomic<int>& after_close)
+      : device(device), memory(64 * kSlots) {
+    pd = ProtectionDomain::create(device);
+    mr = MemoryRegion::create(pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+    CompletionQueue::Options options;
+    options.cqe = 4 * kSlots;
+    options.completion.executor = std::move(executor);
+    cq = CompletionQueue::create(
+        device,
+        [this, &completions, &after_close](const CompletionBatch& batch) {
+          if (this->device->context() == nullptr) ++after_close;
+          std::this_thread::sleep_for(2ms);  // mid-call when the removal comes
+          std::lock_guard<std::mutex> lock(posting);
+          for (const ibv_wc& wc : batch) {
+            ++completions;
+            if (stopped || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV) continue;
+            char* slot = memory.data() + 64 * wc.wr_id;
+            post_srq_recv(*srq, *mr, slot, wc.wr_id);
+            post_send(*a, *mr, slot, wc.wr_id);
+          }
+        },
+        nullptr, options);
+    srq = SharedReceiveQueue::create(pd, nullptr);
+    QueuePair::Options qp_options;
+    qp_options.send_cq = qp_options.recv_cq = cq;
+    qp_options.signal_all = true;
+    a = QueuePair::create(pd, nullptr, qp_options);
+    qp_options.srq = srq;
+    b = QueuePair::create(pd, nullptr, qp_options);
+    connect_rc_pair(*a, *b);
+    for (int i = 0; i < kSlots / 2; ++i) {
+      post_srq_recv(*srq, *mr, memory.data() + 64 * i, static_cast<std::uint64_t>(i));
+    }
+    for (int i = 0; i < kSlots / 2; ++i) {
+      post_send(*a, *mr, memory.data() + 64 * i, static_cast<std::uint64_t>(i));
+    }
+  }
+
+  // What an application does in remove: no more posting from its handlers,
+  // then it drops what it made (the Device closes whatever is left).
+  void stop() {
+    std::lock_guard<std::mutex> lock(posting);
+    stopped = true;
+  }
+
+  std::shared_ptr<Device> device;
+  std::vector<char> memory;
+  std::mutex posting;
+  bool stopped = false;
+  std::shared_ptr<ProtectionDomain> pd;
+  std::shared_ptr<MemoryRegion> mr;
+  std::shared_ptr<CompletionQueue> cq;
+  std::shared_ptr<SharedReceiveQueue> srq;
+  std::shared_ptr<QueuePair> a;
+  std::shared_ptr<QueuePair> b;
+};
+
+// Who heard what, for asserts and messages.
+struct Log {
+  void add(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mutex);
+    lines.push_back(line);
+    changed.notify_all();
+  }
+  bool wait_count(const std::string& line, std::size_t count, std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, limit, [&] { return count_locked(line) >= count; });
+  }
+  std::size_t count(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return count_locked(line);
+  }
+  std::string text() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::string all;
+    for (const auto& l : lines) all += l + "\n";
+    return all;
+  }
+  std::size_t count_locked(const std::string& line) const {
+    std::size_t n = 0;
+    for (const auto& l : lines) n += l == line ? 1 : 0;
+    return n;
+  }
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::string> lines;
+};
+
+// Runs `command` (which the kernel may block) on a thread of its own; tells
+// how long it took, or that it did not return within `limit`.
+struct Timed {
+  explicit Timed(const std::string& command)
+      : started(std::chrono::steady_clock::now()),
+        result(std::async(std::launch::async, [command] { run_command(command); })) {}
+  std::optional<std::chrono::milliseconds> wait(std::chrono::milliseconds limit) {
+    if (result.wait_for(limit) != std::future_status::ready) return std::nullopt;
+    result.get();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  started);
+  }
+  std::chrono::steady_clock::time_point started;
+  std::future<void> result;
+};
+
+struct Removal {
+  const char* name;
+  const char* remove;  // {dev} and {net} are filled in
+  const char* re_add;
+};
+std::ostream& operator<<(std::ostream& out, const Removal& r) { return out << r.name; }
+
+const Removal kRemovals[] = {
+    {"rdma link delete", "rdma link delete {dev}", "rdma link add {dev} type rxe netdev {net}"},
+    {"ip link del", "ip link del {net}",
+     "ip link add {net} type dummy && ip link set {net} up && "
+     "rdma link add {dev} type rxe netdev {net}"},
+};
+
+std::string fill(std::string text) {
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::string>{"{dev}", test_device()}, {"{net}", test_netdev()}}) {
+    for (auto at = text.find(key); at != std::string::npos; at = text.find(key)) {
+      text.replace(at, key.size(), value);
+    }
+  }
+  return text;
+}
+
+const DeviceMonitor kMonitors[] = {DeviceMonitor::kUevents, DeviceMonitor::kInotify,
+                                   DeviceMonitor::kRescan};
+
+}  // namespace
+
+namespace ibev {
+std::ostream& operator<<(std::ostream& out, DeviceMonitor monitor) {
+  return out << to_string(monitor);
+}
+std::ostream& operator<<(std::ostream& out, DeviceLoss loss) { return out << to_string(loss); }
+}  // namespace ibev
+
+BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
+                     data::make(kMonitors) * data::make(kRemovals), monitor, removal) {
+  std::vector<std::string> failures;
+  std::mutex failures_mutex;
+  Dispatcher::Options options;
+  options.device_monitor = monitor;
+  options.stall_after = 0ms;  // add's verbs take a while under TCG
+  options.on_failure = [&](const Failure& failure) {
+    std::lock_guard<std::mutex> lock(failures_mutex);
+    failures.push_back(describe(failure));
+  };
+  Dispatcher dispatcher(options);
+  dispatcher.start();
+  WorkerThread worker;
+  std::atomic<int> completions{0};
+  std::atomic<int> after_close{0};
+  Log log;
+  std::mutex resources_mutex;
+  std::map<Device*, std::unique_ptr<Resources>> resources;
+  std::vector<std::shared_ptr<Device>> seen;  // every Device add named
+  std::map<Device*, Handle> listeners;
+
+  DeviceClients clients(dispatcher);
+  BOOST_TEST(dispatcher.device_monitor() == monitor);
+  Handle client = clients.register_client(
+      {"app",
+       [&](const std::shared_ptr<Device>& device) {
+         auto made = std::make_unique<Resources>(device, worker.executor(), completions,
+                                                 after_close);
+         Handle listener = device->on_event(EventFilter{IBV_EVENT_DEVICE_FATAL},
+                                            [&log](const Event& event) {
+                                              log.add(std::string("DEVICE_FATAL ") +
+                                                      std::string(to_string(event.loss())) +
+                                                      (event.synthesized() ? " synthesized" : ""));
+                                            });
+         std::lock_guard<std::mutex> lock(resources_mutex);
+         resources[device.get()] = std::move(made);
+         listeners[device.get()] = std::move(listener);
+         seen.push_back(device);
+         log.add("add " + device->name());
+       },
+       [&](const std::shared_ptr<Device>& device, DeviceLoss loss) {
+         std::unique_ptr<Resources> gone;
+         {
+           std::lock_guard<std::mutex> lock(resources_mutex);
+           gone = std::move(resources[device.get()]);
+           resources.erase(device.get());
+         }
+         log.add("remove " + device->name() + " " + std::string(to_string(loss)) +
+                 (device->loss() == loss ? "" : " (the device does not say so)"));
+         if (gone) gone->stop();
+         // `gone` is dropped here: its objects are destroyed on this thread.
+       }});
+
+  BOOST_REQUIRE_MESSAGE(log.wait_count("add " + test_device(), 1, 20s), log.text());
+  const auto flowing = [&](int more) {
+    const int from = completions.load();
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (completions.load() < from + more && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return completions.load() >= from + more;
+  };
+  BOOST_REQUIRE_MESSAGE(flowing(50), "no traffic before the delete");
+
+  Timed deleting(fill(removal.remove));
+  const auto took = deleting.wait(20s);
+  if (!took) {
+    // The bug itself: close everything so the kernel can finish, then fail.
+    for (auto& device : clients.devices()) device->close();
+    deleting.wait(60s);
+    BOOST_FAIL(removal.name << " did not return within 20 s while ibev held the device:\n"
+                            << log.text());
+  }
+  BOOST_TEST_MESSAGE(removal.name << " returned after " << took->count() << " ms ("
+                                  << to_string(monitor) << ")");
+  BOOST_TEST(log.count("remove " + test_device() + " removed") == 1u, log.text());
+  BOOST_TEST(log.count("DEVICE_FATAL removed synthesized") == 1u, log.text());
+  BOOST_REQUIRE(!seen.empty());
+  const std::shared_ptr<Device> old = seen.front();
+  BOOST_TEST(old->loss() == DeviceLoss::kRemoved);
+  BOOST_TEST(old->context() == nullptr);
+  BOOST_TEST(clients.devices().empty());
+  try {
+    (void)ProtectionDomain::create(old);
+    BOOST_ERROR("a removed device made a protection domain");
+  } catch (const std::system_error& e) {
+    BOOST_TEST(e.code().value() == ENODEV);
+  }
+  const int settled = completions.load();
+  std::this_thread::sleep_for(200ms);
+  BOOST_TEST(completions.load() == settled, "completion handlers ran after their CQ closed");
+  BOOST_TEST(after_close.load() == 0);
+
+  // Re-plug: a new Device, a new add, traffic again; the old one stays dead.
+  run_command(fill(removal.re_add));
+  BOOST_REQUIRE_MESSAGE(log.wait_count("add " + test_device(), 2, 20s), log.text());
+  BOOST_REQUIRE(seen.size() == 2u);
+  BOOST_TEST(seen.back() != old);
+  BOOST_TEST(seen.back()->context() != nullptr);
+  BOOST_TEST(old->context() == nullptr);
+  BOOST_TEST(flowing(50), "no traffic after the re-add");
+  BOOST_TEST(clients.devices().size() == 1u);
+
+  client.release();
+  {
+    std::lock_guard<std::mutex> lock(resources_mutex);
+    for (auto& [device, made] : resources) made->stop();
+    resources.clear();
+    listeners.clear();
+  }
+  std::lock_guard<std::mutex> lock(failures_mutex);
+  BOOST_TEST(failures.empty(), failures.size() << " failures, the first: "
+                                               << (failures.empty() ? "" : failures.front()));
+}
+
+BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_remove) {
+  Dispatcher dispatcher;
+  dispatcher.start();
+  DeviceClients clients(dispatcher);
+  Log log;
+  Handle first, second;
+  const auto client = [&](const std::string& name, Handle& self) {
+    return DeviceClient{name,
+                        [&log, name](const std::shared_ptr<Device>& device) {
+                          log.add(name + " add " + device->name());
+                        },
+                        [&log, &self, name](const std::shared_ptr<Device>& device, DeviceLoss) {
+                          log.add(name + " remove " + device->name());
+                          self.release();  // from inside its own callback
+                        }};
+  };
+  first = clients.register_client(client("first", first));
+  BOOST_REQUIRE_MESSAGE(log.wait_count("first add " + test_device(), 1, 20s), log.text());
+  // Registered after the device exists: it hears add all the same, once.
+  second = clients.register_client(client("second", second));
+  BOOST_REQUIRE_MESSAGE(log.wait_count("second add " + test_device(), 1, 20s), log.text());
+  std::this_thread::sleep_for(100ms);
+  BOOST_TEST(log.count("first add " + test_device()) == 1u, log.text());
+
+  Timed deleting(fill("rdma link delete {dev}"));
+  BOOST_REQUIRE_MESSAGE(deleting.wait(20s), "the delete did not return");
+  BOOST_REQUIRE_MESSAGE(log.wait_count("first remove " + test_device(), 1, 5s), log.text());
+  // Reverse registration order, as ib_unregister_device calls remove.
+  const std::string text = log.text();
+  BOOST_TEST(text.find("second remove") < text.find("first remove"), text);
+  BOOST_TEST(!first.active());
+  BOOST_TEST(!second.active());
+
+  // Unregistered: nobody hears the re-add.
+  run_command(fill("rdma link add {dev} type rxe netdev {net}"));
+  std::this_thread::sleep_for(1s);
+  BOOST_TEST(log.count("first add " + test_device()) == 1u, log.text());
+  BOOST_TEST(clients.devices().size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(port_listeners_read_the_cached_port_already_refreshed) {
+  Env env(test_device());
+  Log log;
+  auto device = env.device;
+  Handle listener = device->on_event(
+      EventFilter{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_GID_CHANGE},
+      [&](const Event& event) {
+        const CachedPort port = device->cached_port(static_cast<std::uint8_t>(*event.port()));
+        std::string line = std::to_string(event.code()) + " " +
+                           ibv_port_state_str(port.attributes.state);
+        if (event.code() == IBV_EVENT_GID_CHANGE) {
+          for (const ibv_gid_entry& gid : port.gids) {
+            // fd00::77 added below.
+            if (gid.gid.raw[0] == 0xfd && gid.gid.raw[15] == 0x77) line += " has fd00::77";
+          }
+        }
+        log.add(line);
+      });
+  BOOST_TEST(device->port_count() == 1);
+  BOOST_CHECK_THROW(device->cached_port(2), std::out_of_range);
+  run_command("ip link set " + test_netdev() + " down");
+  const auto line = [](int code, ibv_port_state state, const char* more = "") {
+    return std::to_string(code) + " " + ibv_port_state_str(state) + more;
+  };
+  BOOST_REQUIRE_MESSAGE(log.wait_count(line(IBV_EVENT_PORT_ERR, IBV_PORT_DOWN), 1, 20s),
+                        log.text());
+  run_command("ip link set " + test_netdev() + " up");
+  BOOST_REQUIRE_MESSAGE(log.wait_count(line(IBV_EVENT_PORT_ACTIVE, IBV_PORT_ACTIVE), 1, 20s),
+                        log.text());
+  run_command("ip -6 addr add fd00::77/64 dev " + test_netdev() + " nodad");
+  BOOST_TEST(log.wait_count(line(IBV_EVENT_GID_CHANGE, IBV_PORT_ACTIVE, " has fd00::77"), 1, 20s),
+             log.text());
+  BOOST_TEST(env.errors().empty());
+}

@@ -1,0 +1,154 @@
+// Device clients, top-down: a device appears (Dispatcher::watch_devices says
+// kAdded with its uverbs node) -> it is opened, once -> every client's add.
+// A device goes (its Device is lost: verbs/device.cc, after its listeners)
+// -> every client that heard add hears remove, newest client first -> the
+// Device closes itself when this returns.
+//
+// Locking: `mutex` guards the list of devices, for devices() on any thread;
+// adding and removing happen on the dispatching thread only. Each client
+// remembers which devices it heard add for, touched on the dispatching
+// thread only, as the kernel's per-client data on each ib_device.
+#include <ibev/verbs/device_clients.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+
+#include <ibev/core/callback_list.h>
+#include <ibev/core/failure.h>
+
+namespace ibev {
+namespace {
+
+struct ClientCall {
+  bool add;  // else remove
+  const std::shared_ptr<Device>& device;
+  DeviceLoss loss;
+};
+
+using ClientList = detail::CallbackList<std::function<void(const ClientCall&)>>;
+
+}  // namespace
+
+struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State> {
+  explicit State(Dispatcher& d) : dispatcher(d) {}
+
+  void report(const Failure& failure) const noexcept { dispatcher.registry().report(failure); }
+
+  // kAdded from the device monitor, or a client's catching up.
+  void added(const std::string& node) {
+    if (closed.load()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const auto& device : devices) {
+        if (device->node() == node) return;  // heard twice (replay, rescan)
+      }
+    }
+    std::shared_ptr<Device> device;
+    try {
+      device = Device::open_node(dispatcher, node,
+                                 [weak = weak_from_this()](const std::shared_ptr<Device>& lost,
+                                                           DeviceLoss loss) {
+                                   if (auto self = weak.lock()) self->lost(lost, loss);
+                                 });
+    } catch (const std::system_error& e) {
+      Failure failure = Failure::verb_failed("ibv_open_device(" + node + ")", e.code().value(),
+                                             std::string("a device that appeared: ") + e.what());
+      report(failure);
+      return;
+    }
+    if (!device) return;  // gone again before it could be opened
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      devices.push_back(device);
+    }
+    call_clients(ClientList::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
+  }
+
+  // The Device's own end, after its listeners; it closes when this returns.
+  void lost(const std::shared_ptr<Device>& device, DeviceLoss loss) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      devices.erase(std::remove(devices.begin(), devices.end(), device), devices.end());
+    }
+    if (closed.load()) return;
+    call_clients(ClientList::Order::kReverse, ClientCall{false, device, loss});
+  }
+
+  // A client registered now hears add for every device open.
+  void catch_up() {
+    for (const auto& device : snapshot()) {
+      if (closed.load()) return;
+      call_clients(ClientList::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
+    }
+  }
+
+  void call_clients(ClientList::Order order, const ClientCall& call) {
+    clients.call_each(
+        order, [&](const std::function<void(const ClientCall&)>& client) { client(call); },
+        [this](const Failure& failure) { report(failure); },
+        call.add ? "device client's add" : "device client's remove");
+  }
+
+  std::vector<std::shared_ptr<Device>> snapshot() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return devices;
+  }
+
+  Dispatcher& dispatcher;
+  std::atomic<bool> closed{false};
+  mutable std::mutex mutex;
+  std::vector<std::shared_ptr<Device>> devices;  // open, in order of appearance
+  ClientList clients;
+};
+
+DeviceClients::DeviceClients(Dispatcher& dispatcher)
+    : state_(std::make_shared<State>(dispatcher)) {
+  watching_ = dispatcher.watch_devices(
+      [weak = std::weak_ptr<State>(state_)](DeviceChange change, const std::string& node) {
+        // A removal reaches the clients through the Device's loss, which the
+        // monitor tells before its watchers.
+        if (change != DeviceChange::kAdded) return;
+        if (auto state = weak.lock()) state->added(node);
+      });
+}
+
+DeviceClients::~DeviceClients() {
+  state_->closed = true;
+  watching_.release();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->devices.clear();
+}
+
+Handle DeviceClients::register_client(DeviceClient client) {
+  if (!client.add || !client.remove) {
+    throw std::invalid_argument("DeviceClients::register_client: add and remove are required" +
+                                (client.name.empty() ? std::string() : " (" + client.name + ")"));
+  }
+  auto heard_add = std::make_shared<std::set<const Device*>>();
+  Handle handle = state_->clients.add([client = std::move(client), heard_add](
+                                          const ClientCall& call) {
+    std::optional<std::string> threw;
+    if (call.add) {
+      if (heard_add->count(call.device.get()) != 0) return;
+      threw = exception_text([&] { client.add(call.device); });
+      if (!threw) heard_add->insert(call.device.get());  // a failed add: no remove
+    } else if (heard_add->erase(call.device.get()) != 0) {
+      threw = exception_text([&] { client.remove(call.device, call.loss); });
+    }
+    if (threw) throw std::runtime_error(client.name + ": " + *threw);
+  });
+  state_->dispatcher.post([weak = std::weak_ptr<State>(state_)] {
+    if (auto state = weak.lock()) state->catch_up();
+  });
+  return handle;
+}
+
+std::vector<std::shared_ptr<Device>> DeviceClients::devices() const { return state_->snapshot(); }
+
+}  // namespace ibev

@@ -316,17 +316,15 @@ std::size_t Registry::deliver(const Delivery& delivery) {
 
 void Registry::report(const Failure& failure) noexcept { state_->report(failure); }
 
+// The listeners go with the last Delivery resolved before, which holds the
+// state and still reaches who it named.
 void Registry::forget(ibv_context* device) noexcept {
-  std::shared_ptr<detail::DeviceState> state;
-  {
-    std::unique_lock<std::shared_mutex> lock(state_->devices_mutex);
-    auto it = state_->devices.find(device);
-    if (it == state_->devices.end()) return;
-    state = std::move(it->second);
-    state_->devices.erase(it);
-  }
-  // Deliveries resolved before still hold it and still reach who they named.
-  state->listeners.disconnect_all_slots();
+  std::shared_ptr<detail::DeviceState> state;  // destroyed unlocked
+  std::unique_lock<std::shared_mutex> lock(state_->devices_mutex);
+  auto it = state_->devices.find(device);
+  if (it == state_->devices.end()) return;
+  state = std::move(it->second);
+  state_->devices.erase(it);
 }
 
 CounterSnapshot Registry::counters(ibv_context* device) const {

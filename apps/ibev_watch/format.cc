@@ -74,6 +74,7 @@ std::string format_human(const Event& event, std::string_view device,
   }
   out << ' ' << enumerator_of(event) << " (" << event.name() << ") "
       << to_string(event.severity());
+  if (event.loss() != DeviceLoss::kNone) out << " [" << to_string(event.loss()) << "]";
   if (event.synthesized()) out << " [synthesized]";
   return out.str();
 }
@@ -92,7 +93,29 @@ std::string format_json(const Event& event, std::string_view device,
     out << ",\"object\":" << json_string(address(object));
   }
   out << ",\"severity\":" << json_string(to_string(event.severity()));
+  if (event.loss() != DeviceLoss::kNone) out << ",\"loss\":" << json_string(to_string(event.loss()));
   if (event.synthesized()) out << ",\"synthesized\":true";
+  out << '}';
+  return out.str();
+}
+
+std::string format_change_human(std::string_view device, std::string_view node, bool added,
+                                DeviceLoss loss, Clock::time_point time) {
+  std::ostringstream out;
+  out << format_time(time) << ' ' << device << " device " << (added ? "added" : "removed")
+      << " (" << node;
+  if (!added) out << ", " << to_string(loss);
+  out << ')';
+  return out.str();
+}
+
+std::string format_change_json(std::string_view device, std::string_view node, bool added,
+                               DeviceLoss loss, Clock::time_point time) {
+  std::ostringstream out;
+  out << "{\"time\":" << json_string(format_time(time)) << ",\"device\":" << json_string(device)
+      << ",\"change\":" << json_string(added ? "added" : "removed")
+      << ",\"node\":" << json_string(node);
+  if (!added) out << ",\"loss\":" << json_string(to_string(loss));
   out << '}';
   return out.str();
 }

@@ -2,9 +2,11 @@
 //
 //   ibev-watch [-d NAME]... [-j] [-c]      (ibev-watch --help; man ibev-watch)
 //
-// Opens every device (or each -d NAME), listens to all of its port and device
-// events through an ibev Dispatcher, and prints one line per event (see
-// format.h). SIGINT or SIGTERM ends it: events already queued are printed,
+// Watches every device, and those added later (or each -d NAME, also when it
+// is re-added), through an ibev Dispatcher and DeviceClients: prints a line
+// when a device is added or removed and one per port and device event (see
+// format.h). It never holds up a device's delete: a removed device is let go
+// at once. SIGINT or SIGTERM ends it: events already queued are printed,
 // then the counts (--count), then it exits 0. Options and exit codes follow
 // rdma-core's ibv_* tools: getopt_long, usage errors exit 1.
 #include <getopt.h>
@@ -14,6 +16,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <set>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +32,7 @@
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
 #include <ibev/version.h>
 
 #include "apps/ibev_watch/format.h"
@@ -44,7 +50,10 @@ constexpr char kUsage[] =
 constexpr char kHelp[] =
     "\n"
     "Prints every async event (port, device and unclaimed object events) of\n"
-    "RDMA devices as it arrives, one line each, until SIGINT or SIGTERM.\n"
+    "RDMA devices as it arrives, one line each, until SIGINT or SIGTERM, and\n"
+    "a line when a device is added or removed. Without -d it watches every\n"
+    "device, including those added later; a removed device is let go at once\n"
+    "(its delete never waits for ibev-watch) and watched again if re-added.\n"
     "\n"
     "Output, one line per event:\n"
     "  human: TIME DEVICE SCOPE ENUMERATOR (NAME) SEVERITY\n"
@@ -52,13 +61,15 @@ constexpr char kHelp[] =
     "  JSON:  time, device, event, code, scope, port (port events), object\n"
     "         (object events, as \"0x...\"), severity, synthesized (when ibev\n"
     "         made the event itself)\n"
+    "  devices: TIME DEVICE device added|removed (NODE[, LOSS])\n"
+    "         JSON: time, device, change (added, removed), node, loss\n"
     "  --count, at exit: DEVICE EVENT COUNT per line (JSON: count, device, event)\n"
     "\n"
     "Exit status:\n"
     "  0  ended by SIGINT or SIGTERM\n"
     "  1  a usage error\n"
-    "  2  no RDMA support in this kernel, no device, or a device that cannot\n"
-    "     be opened (the message says which)\n";
+    "  2  no RDMA support in this kernel, a device named with -d that is not\n"
+    "     there, or a device that cannot be opened (the message says which)\n";
 
 // Exit statuses (documented above and in ibev-watch.1).
 constexpr int kUsageError = 1;
@@ -162,15 +173,25 @@ void explain_open_failure(const std::string& name, const std::system_error& e) {
 class Printer {
  public:
   explicit Printer(bool json) : json_(json) {}
+  bool json() const noexcept { return json_; }
+
   ibev::Handler for_device(std::string name) {
     return [this, name](const ibev::Event& event) {
       const auto now = ibev::watch::Clock::now();
-      const std::string line = json_ ? ibev::watch::format_json(event, name, now)
-                                     : ibev::watch::format_human(event, name, now);
-      std::lock_guard<std::mutex> lock(mutex_);
-      std::fprintf(stdout, "%s\n", line.c_str());
-      std::fflush(stdout);  // a line per event, even into a pipe
+      print(json_ ? ibev::watch::format_json(event, name, now)
+                  : ibev::watch::format_human(event, name, now));
     };
+  }
+  void change(const ibev::Device& device, bool added, ibev::DeviceLoss loss) {
+    const auto now = ibev::watch::Clock::now();
+    print(json_ ? ibev::watch::format_change_json(device.name(), device.node(), added, loss, now)
+                : ibev::watch::format_change_human(device.name(), device.node(), added, loss,
+                                                   now));
+  }
+  void print(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::fprintf(stdout, "%s\n", line.c_str());
+    std::fflush(stdout);  // a line per event, even into a pipe
   }
 
  private:
@@ -178,10 +199,14 @@ class Printer {
   std::mutex mutex_;
 };
 
-void print_counts(ibev::Registry& registry, const ibev::Device& device, bool json) {
-  const ibev::CounterSnapshot counts = registry.counters(device.context());
+// Events seen, per device name and event, across a device's removals and
+// re-adds: the Registry forgets a device once it is closed.
+using Counts = std::map<std::string, std::map<std::string, std::uint64_t>>;
+
+void add_counts(Counts& counts, ibev::Registry& registry, const ibev::Device& device) {
+  const ibev::CounterSnapshot snapshot = registry.counters(device.context());
   for (int code = 0; code <= ibev::CounterSnapshot::kTrackedCodes; ++code) {
-    const ibev::EventCounts c = counts.for_code(code);
+    const ibev::EventCounts c = snapshot.for_code(code);
     const std::uint64_t seen = c.delivered + c.unclaimed;
     if (seen == 0) continue;
     const auto* info = ibev::find_event_type(code);
@@ -189,17 +214,91 @@ void print_counts(ibev::Registry& registry, const ibev::Device& device, bool jso
                                  ? "other"
                                  : info ? std::string(info->enumerator)
                                         : "unknown(" + std::to_string(code) + ")";
-    if (json) {
-      std::printf("{\"count\":%llu,\"device\":%s,\"event\":%s}\n",
-                  static_cast<unsigned long long>(seen),
-                  ibev::watch::json_string(device.name()).c_str(),
-                  ibev::watch::json_string(name).c_str());
-    } else {
-      std::printf("%s %s %llu\n", device.name().c_str(), name.c_str(),
-                  static_cast<unsigned long long>(seen));
+    counts[device.name()][name] += seen;
+  }
+}
+
+void print_counts(const Counts& counts, bool json) {
+  for (const auto& [device, events] : counts) {
+    for (const auto& [event, seen] : events) {
+      if (json) {
+        std::printf("{\"count\":%llu,\"device\":%s,\"event\":%s}\n",
+                    static_cast<unsigned long long>(seen),
+                    ibev::watch::json_string(device).c_str(),
+                    ibev::watch::json_string(event).c_str());
+      } else {
+        std::printf("%s %s %llu\n", device.c_str(), event.c_str(),
+                    static_cast<unsigned long long>(seen));
+      }
     }
   }
 }
+
+// The devices ibev-watch prints, as a device client: each device (or each
+// named one) when it is added, listened to until it is removed; a removed
+// device is let go at once, so that its delete never waits for ibev-watch.
+class Watch {
+ public:
+  Watch(ibev::Registry& registry, Printer& printer, std::vector<std::string> only)
+      : registry_(registry), printer_(printer), only_(std::move(only)) {}
+
+  ibev::DeviceClient client() {
+    return {"ibev-watch",
+            [this](const std::shared_ptr<ibev::Device>& device) { add(device); },
+            [this](const std::shared_ptr<ibev::Device>& device, ibev::DeviceLoss loss) {
+              remove(device, loss);
+            }};
+  }
+
+  // Until each of `names` was added once, or `limit` passed.
+  bool wait_added(const std::vector<std::string>& names, std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return added_.wait_for(lock, limit, [&] {
+      return std::all_of(names.begin(), names.end(),
+                         [&](const std::string& name) { return added_names_.count(name) != 0; });
+    });
+  }
+
+  Counts counts(const std::vector<std::shared_ptr<ibev::Device>>& open) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Counts all = removed_counts_;
+    for (const auto& device : open) {
+      if (listeners_.count(device.get()) != 0) add_counts(all, registry_, *device);
+    }
+    return all;
+  }
+
+ private:
+  bool wanted(const std::string& name) const {
+    return only_.empty() || std::find(only_.begin(), only_.end(), name) != only_.end();
+  }
+
+  void add(const std::shared_ptr<ibev::Device>& device) {
+    if (!wanted(device->name())) return;
+    printer_.change(*device, true, ibev::DeviceLoss::kNone);
+    ibev::Handle listener = device->on_event({}, printer_.for_device(device->name()));
+    std::lock_guard<std::mutex> lock(mutex_);
+    listeners_[device.get()] = std::move(listener);
+    added_names_.insert(device->name());
+    added_.notify_all();
+  }
+
+  void remove(const std::shared_ptr<ibev::Device>& device, ibev::DeviceLoss loss) {
+    printer_.change(*device, false, loss);
+    std::lock_guard<std::mutex> lock(mutex_);
+    add_counts(removed_counts_, registry_, *device);  // before it closes and is forgotten
+    listeners_.erase(device.get());
+  }
+
+  ibev::Registry& registry_;
+  Printer& printer_;
+  const std::vector<std::string> only_;
+  std::mutex mutex_;
+  std::condition_variable added_;
+  std::set<std::string> added_names_;
+  std::map<const ibev::Device*, ibev::Handle> listeners_;
+  Counts removed_counts_;
+};
 
 }  // namespace
 
@@ -214,38 +313,56 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (options.devices.empty()) {
-    try {
-      options.devices = ibev::Device::names();
-    } catch (const std::system_error& e) {
-      std::fprintf(stderr, "ibev-watch: cannot list RDMA devices: %s\n", e.what());
-      return kCannotWatch;
-    }
+  // What there is to watch now: every device (none yet is fine, they may
+  // come), or each device named, which must be there and openable.
+  std::vector<std::string> present;
+  try {
+    present = ibev::Device::names();
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "ibev-watch: cannot list RDMA devices: %s\n", e.what());
+    return kCannotWatch;
   }
-  if (options.devices.empty()) {
+  if (!kernel_has_rdma()) {
     explain_no_device();
     return kCannotWatch;
   }
+  const std::vector<std::string> expected = options.devices.empty() ? present : options.devices;
 
-  ibev::Dispatcher dispatcher;
-  ibev::Registry& registry = dispatcher.registry();
-  Printer printer(options.json);
-  std::vector<std::shared_ptr<ibev::Device>> devices;
-  std::vector<ibev::Handle> listeners;
-  for (const std::string& name : options.devices) {
+  ibev::Dispatcher::Options dispatcher_options;
+  dispatcher_options.on_failure = [](const ibev::Failure& failure) {
+    std::fprintf(stderr, "ibev-watch: %s\n", ibev::describe(failure).c_str());
+  };
+  ibev::Dispatcher dispatcher(dispatcher_options);
+  for (const std::string& name : expected) {
     try {
-      devices.push_back(ibev::Device::open(dispatcher, name));
+      ibev::Device::open(dispatcher, name);  // dropped at once: a check
     } catch (const std::system_error& e) {
       explain_open_failure(name, e);
       return kCannotWatch;
     }
-    listeners.push_back(devices.back()->on_event({}, printer.for_device(name)));
   }
 
-  std::string names;
-  for (const auto& d : devices) names += (names.empty() ? "" : ", ") + d->name();
-  std::fprintf(stderr, "ibev-watch: watching %s\n", names.c_str());
+  Printer printer(options.json);
+  Watch watch(dispatcher.registry(), printer, options.devices);
+  std::unique_ptr<ibev::DeviceClients> clients;
+  try {
+    clients = std::make_unique<ibev::DeviceClients>(dispatcher);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ibev-watch: cannot watch devices come and go: %s\n", e.what());
+    return kCannotWatch;
+  }
+  ibev::Handle client = clients->register_client(watch.client());
   dispatcher.start();
+  if (!watch.wait_added(expected, std::chrono::seconds(10))) {
+    std::fprintf(stderr, "ibev-watch: the devices did not come up within 10 s\n");
+    return kCannotWatch;
+  }
+  std::string names;
+  for (const auto& name : expected) names += (names.empty() ? "" : ", ") + name;
+  if (names.empty()) names = "no device yet";
+  std::fprintf(stderr, "ibev-watch: watching %s%s (devices noticed through %s)\n",
+               names.c_str(), options.devices.empty() ? ", and devices added later" : "",
+               std::string(ibev::to_string(dispatcher.device_monitor())).c_str());
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
@@ -254,9 +371,8 @@ int main(int argc, char** argv) {
   for (int pass = 0; pass < 100 && dispatcher.run_once(std::chrono::milliseconds(0)) > 0;
        ++pass) {
   }
-  if (options.count) {
-    for (const auto& device : devices) print_counts(registry, *device, options.json);
-  }
+  if (options.count) print_counts(watch.counts(clients->devices()), options.json);
   std::fflush(stdout);
+  client.release();
   return 0;
 }

@@ -112,6 +112,9 @@ BOOST_DATA_TEST_CASE(exactly_one_accessor_answers, bdata::make(all_codes()),
   BOOST_TEST(event.device() == fake_device());
   BOOST_TEST(!event.synthesized());
   BOOST_TEST(event.element_kind() == kind);
+  // Only the kernel's DEVICE_FATAL says the device is gone.
+  BOOST_TEST((event.loss() == (code == IBV_EVENT_DEVICE_FATAL ? ibev::DeviceLoss::kFatal
+                                                              : ibev::DeviceLoss::kNone)));
   BOOST_TEST((event.cq() == (kind == ElementKind::kCq
                                  ? high_address<ibv_cq>(0x10)
                                  : nullptr)));
@@ -190,6 +193,19 @@ BOOST_AUTO_TEST_CASE(accepts_the_element_the_type_carries) {
                  .value() == 3);
   BOOST_TEST(Event::synthesize(fake_device(), 77, ibev::WholeDevice{})
                  .element_kind() == ElementKind::kDevice);
+}
+
+// An injected DEVICE_FATAL tests handlers; it must not end a device.
+BOOST_AUTO_TEST_CASE(only_device_lost_carries_a_loss) {
+  const Event injected =
+      Event::synthesize(fake_device(), IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+  BOOST_TEST((injected.loss() == ibev::DeviceLoss::kNone));
+  const Event lost = Event::device_lost(fake_device(), ibev::DeviceLoss::kRemoved);
+  BOOST_TEST(lost.code() == IBV_EVENT_DEVICE_FATAL);
+  BOOST_TEST(lost.synthesized());
+  BOOST_TEST((lost.loss() == ibev::DeviceLoss::kRemoved));
+  BOOST_TEST(lost.element_kind() == ElementKind::kDevice);
+  BOOST_TEST(ibev::to_string(ibev::DeviceLoss::kAsyncFdFailed) == "async fd failed");
 }
 
 void expect_invalid(const std::function<void()>& call,

@@ -167,6 +167,30 @@ BOOST_AUTO_TEST_CASE(listeners_run_in_registration_order) {
   BOOST_TEST(order == (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
+// A closed device's address may be a re-added device's next: its old
+// listeners must not hear the newcomer.
+BOOST_AUTO_TEST_CASE(a_forgotten_device_s_listeners_hear_nothing_more) {
+  Registry registry;
+  ibv_context device{};
+  int old_heard = 0;
+  int new_heard = 0;
+  Handle old_listener = registry.listen(&device, [&](const Event&) { ++old_heard; });
+  const Event port_active = Event::synthesize(&device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1});
+  const ibev::Delivery resolved_before = registry.resolve(port_active);
+  registry.route(port_active);
+  registry.forget(&device);
+  BOOST_TEST(registry.counters(&device).total().delivered == 0u);
+  Handle new_listener = registry.listen(&device, [&](const Event&) { ++new_heard; });
+  registry.route(port_active);
+  BOOST_TEST(old_heard == 1);
+  BOOST_TEST(new_heard == 1);
+  registry.deliver(resolved_before);  // resolved before: still its listeners'
+  BOOST_TEST(old_heard == 2);
+  old_listener.release();  // inert, harmless
+  registry.forget(&device);
+  registry.forget(&device);  // twice, or never seen: nothing happens
+}
+
 BOOST_AUTO_TEST_CASE(type_filters_select) {
   Registry registry;
   ibv_context device{};

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -237,6 +238,7 @@ BOOST_AUTO_TEST_CASE(a_vanished_device_is_reported_once_and_unwatched) {
   BOOST_REQUIRE_EQUAL(heard.size(), 1u);
   BOOST_TEST(heard[0].code() == IBV_EVENT_DEVICE_FATAL);
   BOOST_TEST(heard[0].synthesized());
+  BOOST_TEST((heard[0].loss() == ibev::DeviceLoss::kAsyncFdFailed));
   BOOST_TEST(dispatcher.stats().devices_lost == 1u);
   BOOST_REQUIRE(errors.size() == 1u);
   BOOST_TEST((errors[0].kind == ibev::Failure::Kind::kDeviceLost));
@@ -247,6 +249,55 @@ BOOST_AUTO_TEST_CASE(a_vanished_device_is_reported_once_and_unwatched) {
   BOOST_TEST(heard.size() == 1u);
   watch.release();  // harmless now
   ::close(pipe_fds[0]);
+}
+
+// The Device wrapper's seam: its delivery sees each event, the loss first,
+// and decides when the listeners hear it.
+BOOST_AUTO_TEST_CASE(a_watch_s_delivery_puts_itself_around_the_listeners) {
+  int pipe_fds[2];
+  BOOST_REQUIRE(::pipe(pipe_fds) == 0);
+  device.async_fd = pipe_fds[0];
+  std::vector<std::string> order;
+  ibev::Handle listener = registry.listen(&device, [&](const Event&) { order.push_back("listener"); });
+  ibev::Handle watch = dispatcher.watch_async_events(&device, [&](ibev::Delivery delivery) {
+    order.push_back(std::string("before ") + std::string(to_string(delivery.event().loss())));
+    registry.deliver(delivery);
+    order.push_back("after");
+  });
+  ::close(pipe_fds[1]);
+  dispatcher.run_once(1000ms);
+  BOOST_TEST(order == (std::vector<std::string>{"before async fd failed", "listener", "after"}),
+             boost::test_tools::per_element());
+  watch.release();
+  ::close(pipe_fds[0]);
+}
+
+BOOST_AUTO_TEST_CASE(device_watchers_need_a_monitor) {
+  Dispatcher::Options options = collecting(errors);
+  options.device_monitor = ibev::DeviceMonitor::kOff;
+  Dispatcher unmonitored(options);
+  expect_throw<std::invalid_argument>(
+      [&] { (void)unmonitored.watch_devices([](ibev::DeviceChange, const std::string&) {}); },
+      "kOff");
+  BOOST_TEST((unmonitored.device_monitor() == ibev::DeviceMonitor::kOff));
+
+  BOOST_TEST((dispatcher.device_monitor() == ibev::DeviceMonitor::kOff));  // not started yet
+  expect_throw<std::invalid_argument>([&] { (void)dispatcher.watch_devices({}); }, "empty");
+}
+
+// This machine's kernel has no RDMA: every kind starts, and says nothing.
+BOOST_DATA_TEST_CASE(each_monitor_starts_where_there_is_no_rdma,
+                     boost::unit_test::data::make({1, 2, 3}), kind) {
+  Dispatcher::Options options = collecting(errors);
+  options.device_monitor = static_cast<ibev::DeviceMonitor>(kind);
+  Dispatcher monitored(options);
+  int heard = 0;
+  ibev::Handle watcher =
+      monitored.watch_devices([&](ibev::DeviceChange, const std::string&) { ++heard; });
+  BOOST_TEST(static_cast<int>(monitored.device_monitor()) == kind);
+  for (int turn = 0; turn < 4; ++turn) monitored.run_once(100ms);  // rescans included
+  BOOST_TEST(heard == 0);
+  BOOST_TEST(errors.empty());
 }
 
 BOOST_AUTO_TEST_CASE(watch_refuses_bad_input) {

@@ -32,118 +32,6 @@ namespace data = boost::unit_test::data;
 
 namespace {
 
-constexpr int kSlots = 16;
-
-// What an application makes on a device: one object of every kind and RC
-// traffic that keeps itself going: b receives from the SRQ, each receive
-// completion reposts it and sends another from a. The completion handler
-// runs on a worker thread and takes a while, so a removal finds it mid-call.
-struct Resources {
-  explicit Resources(const std::shared_ptr<Device>& device, Executor executor,
-                     std::atomic<int>& completions, std::atomic<int>& after_close)
-      : device(device), memory(64 * kSlots) {
-    pd = ProtectionDomain::create(device);
-    mr = MemoryRegion::create(pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
-    CompletionQueue::Options options;
-    options.cqe = 4 * kSlots;
-    options.completion.executor = std::move(executor);
-    cq = CompletionQueue::create(
-        device,
-        [this, &completions, &after_close](const CompletionBatch& batch) {
-          if (this->device->context() == nullptr) ++after_close;
-          std::this_thread::sleep_for(2ms);  // mid-call when the removal comes
-          std::lock_guard<std::mutex> lock(posting);
-          for (const ibv_wc& wc : batch) {
-            ++completions;
-            if (stopped || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV) continue;
-            char* slot = memory.data() + 64 * wc.wr_id;
-            post_srq_recv(*srq, *mr, slot, wc.wr_id);
-            post_send(*a, *mr, slot, wc.wr_id);
-          }
-        },
-        nullptr, options);
-    srq = SharedReceiveQueue::create(pd, nullptr);
-    QueuePair::Options qp_options;
-    qp_options.send_cq = qp_options.recv_cq = cq;
-    qp_options.signal_all = true;
-    a = QueuePair::create(pd, nullptr, qp_options);
-    qp_options.srq = srq;
-    b = QueuePair::create(pd, nullptr, qp_options);
-    connect_rc_pair(*a, *b);
-    for (int i = 0; i < kSlots / 2; ++i) {
-      post_srq_recv(*srq, *mr, memory.data() + 64 * i, static_cast<std::uint64_t>(i));
-    }
-    for (int i = 0; i < kSlots / 2; ++i) {
-      post_send(*a, *mr, memory.data() + 64 * i, static_cast<std::uint64_t>(i));
-    }
-  }
-
-  // What an application does in remove: no more posting from its handlers,
-  // then it drops what it made (the Device closes whatever is left).
-  void stop() {
-    std::lock_guard<std::mutex> lock(posting);
-    stopped = true;
-  }
-
-  std::shared_ptr<Device> device;
-  std::vector<char> memory;
-  std::mutex posting;
-  bool stopped = false;
-  std::shared_ptr<ProtectionDomain> pd;
-  std::shared_ptr<MemoryRegion> mr;
-  std::shared_ptr<CompletionQueue> cq;
-  std::shared_ptr<SharedReceiveQueue> srq;
-  std::shared_ptr<QueuePair> a;
-  std::shared_ptr<QueuePair> b;
-};
-
-// Who heard what, for asserts and messages.
-struct Log {
-  void add(const std::string& line) {
-    std::lock_guard<std::mutex> lock(mutex);
-    lines.push_back(line);
-    changed.notify_all();
-  }
-  bool wait_count(const std::string& line, std::size_t count, std::chrono::milliseconds limit) {
-    std::unique_lock<std::mutex> lock(mutex);
-    return changed.wait_for(lock, limit, [&] { return count_locked(line) >= count; });
-  }
-  std::size_t count(const std::string& line) {
-    std::lock_guard<std::mutex> lock(mutex);
-    return count_locked(line);
-  }
-  std::string text() {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::string all;
-    for (const auto& l : lines) all += l + "\n";
-    return all;
-  }
-  std::size_t count_locked(const std::string& line) const {
-    std::size_t n = 0;
-    for (const auto& l : lines) n += l == line ? 1 : 0;
-    return n;
-  }
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<std::string> lines;
-};
-
-// Runs `command` (which the kernel may block) on a thread of its own; tells
-// how long it took, or that it did not return within `limit`.
-struct Timed {
-  explicit Timed(const std::string& command)
-      : started(std::chrono::steady_clock::now()),
-        result(std::async(std::launch::async, [command] { run_command(command); })) {}
-  std::optional<std::chrono::milliseconds> wait(std::chrono::milliseconds limit) {
-    if (result.wait_for(limit) != std::future_status::ready) return std::nullopt;
-    result.get();
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                  started);
-  }
-  std::chrono::steady_clock::time_point started;
-  std::future<void> result;
-};
-
 struct Removal {
   const char* name;
   const char* remove;  // {dev} and {net} are filled in
@@ -196,9 +84,9 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
   WorkerThread worker;
   std::atomic<int> completions{0};
   std::atomic<int> after_close{0};
-  Log log;
+  Lines log;
   std::mutex resources_mutex;
-  std::map<Device*, std::unique_ptr<Resources>> resources;
+  std::map<Device*, std::unique_ptr<Workload>> resources;
   std::vector<std::shared_ptr<Device>> seen;  // every Device add named
   std::map<Device*, Handle> listeners;
 
@@ -207,7 +95,7 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
   Handle client = clients.register_client(
       {"app",
        [&](const std::shared_ptr<Device>& device) {
-         auto made = std::make_unique<Resources>(device, worker.executor(), completions,
+         auto made = std::make_unique<Workload>(device, worker.executor(), completions,
                                                  after_close);
          Handle listener = device->on_event(EventFilter{IBV_EVENT_DEVICE_FATAL},
                                             [&log](const Event& event) {
@@ -222,7 +110,7 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
          log.add("add " + device->name());
        },
        [&](const std::shared_ptr<Device>& device, DeviceLoss loss) {
-         std::unique_ptr<Resources> gone;
+         std::unique_ptr<Workload> gone;
          {
            std::lock_guard<std::mutex> lock(resources_mutex);
            gone = std::move(resources[device.get()]);
@@ -235,17 +123,9 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
        }});
 
   BOOST_REQUIRE_MESSAGE(log.wait_count("add " + test_device(), 1, 20s), log.text());
-  const auto flowing = [&](int more) {
-    const int from = completions.load();
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (completions.load() < from + more && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(5ms);
-    }
-    return completions.load() >= from + more;
-  };
-  BOOST_REQUIRE_MESSAGE(flowing(50), "no traffic before the delete");
+  BOOST_REQUIRE_MESSAGE(grows_by(completions, 50), "no traffic before the delete");
 
-  Timed deleting(fill(removal.remove));
+  BlockingCommand deleting(fill(removal.remove));
   const auto took = deleting.wait(20s);
   if (!took) {
     // The bug itself: close everything so the kernel can finish, then fail.
@@ -281,7 +161,7 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
   BOOST_TEST(seen.back() != old);
   BOOST_TEST(seen.back()->context() != nullptr);
   BOOST_TEST(old->context() == nullptr);
-  BOOST_TEST(flowing(50), "no traffic after the re-add");
+  BOOST_TEST(grows_by(completions, 50), "no traffic after the re-add");
   BOOST_TEST(clients.devices().size() == 1u);
 
   client.release();
@@ -300,7 +180,7 @@ BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_
   Dispatcher dispatcher;
   dispatcher.start();
   DeviceClients clients(dispatcher);
-  Log log;
+  Lines log;
   Handle first, second;
   const auto client = [&](const std::string& name, Handle& self) {
     return DeviceClient{name,
@@ -320,7 +200,7 @@ BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_
   std::this_thread::sleep_for(100ms);
   BOOST_TEST(log.count("first add " + test_device()) == 1u, log.text());
 
-  Timed deleting(fill("rdma link delete {dev}"));
+  BlockingCommand deleting(fill("rdma link delete {dev}"));
   BOOST_REQUIRE_MESSAGE(deleting.wait(20s), "the delete did not return");
   BOOST_REQUIRE_MESSAGE(log.wait_count("first remove " + test_device(), 1, 5s), log.text());
   // Reverse registration order, as ib_unregister_device calls remove.
@@ -338,7 +218,7 @@ BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_
 
 BOOST_AUTO_TEST_CASE(port_listeners_read_the_cached_port_already_refreshed) {
   Env env(test_device());
-  Log log;
+  Lines log;
   auto device = env.device;
   Handle listener = device->on_event(
       EventFilter{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_GID_CHANGE},

@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(short_forms_and_a_device_named_twice) {
   const std::string device = test_device();
   Spawned ibev_watch(ibev_watch_path() + " -jc -d" + device + " --device=" + device,
                      tmp + "/ibev_watch_short.out");
-  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device + "\n", 20s),
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device + " (", 20s),
                         "ibev-watch: " << ibev_watch.text());
   run_command("ip link set " + test_netdev() + " down");
   BOOST_REQUIRE(ibev_watch.wait_for_text("IBV_EVENT_PORT_ERR", 20s));
@@ -155,4 +155,49 @@ BOOST_AUTO_TEST_CASE(no_permission_is_said_plainly) {
   const int missing = run_capturing(ibev_watch_path() + " -d nosuchdevice", output);
   BOOST_TEST(missing == 2);
   BOOST_TEST(output.find("no RDMA device named nosuchdevice") != std::string::npos);
+}
+
+// Never pins a device: a delete while it runs returns, both changes are
+// printed, and the re-added device is watched again (its events printed).
+BOOST_AUTO_TEST_CASE(a_delete_and_a_re_add_while_it_runs) {
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  const std::string device = test_device();
+  Spawned ibev_watch(ibev_watch_path() + " --json --count", tmp + "/ibev_watch_replug.out");
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device, 20s),
+                        "ibev-watch: " << ibev_watch.text());
+  BOOST_TEST(ibev_watch.text().find("and devices added later") != std::string::npos);
+
+  BlockingCommand deleting("rdma link delete " + device);
+  if (!deleting.wait(20s)) {
+    ibev_watch.stop();  // lets the kernel finish
+    deleting.wait(60s);
+    BOOST_FAIL("rdma link delete did not return while ibev-watch ran:\n" << ibev_watch.text());
+  }
+  const std::string removed = R"("device":")" + device + R"(","change":"removed")";
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text(removed, 20s), ibev_watch.text());
+
+  run_command("rdma link add " + device + " type rxe netdev " + test_netdev());
+  const std::string added = R"("device":")" + device + R"(","change":"added")";
+  const auto added_twice = [&] {
+    const std::string text = ibev_watch.text();
+    const auto first = text.find(added);
+    return first != std::string::npos && text.find(added, first + 1) != std::string::npos;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!added_twice() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  BOOST_REQUIRE_MESSAGE(added_twice(), ibev_watch.text());
+  run_command("ip link set " + test_netdev() + " down");
+  run_command("ip link set " + test_netdev() + " up");
+  BOOST_TEST(ibev_watch.wait_for_text("IBV_EVENT_PORT_ACTIVE", 20s), ibev_watch.text());
+  const int status = ibev_watch.stop();
+  const std::string text = ibev_watch.text();
+  BOOST_TEST(text.find(R"("loss":"removed","synthesized":true)") != std::string::npos, text);
+  // The counts span both lives of the device: the synthesized DEVICE_FATAL
+  // of the first, the port events of the second.
+  BOOST_TEST(text.find(R"({"count":1,"device":")" + device + R"(","event":"IBV_EVENT_DEVICE_FATAL"})") !=
+                 std::string::npos,
+             text);
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
 }

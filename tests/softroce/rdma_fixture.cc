@@ -203,4 +203,15 @@ std::vector<ibv_wc> poll_completions(ibv_cq* cq, std::size_t count,
   return got;
 }
 
+BlockingCommand::BlockingCommand(const std::string& command)
+    : started_(std::chrono::steady_clock::now()),
+      result_(std::async(std::launch::async, [command] { run_command(command); })) {}
+
+std::optional<std::chrono::milliseconds> BlockingCommand::wait(std::chrono::milliseconds limit) {
+  if (result_.wait_for(limit) != std::future_status::ready) return std::nullopt;
+  result_.get();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               started_);
+}
+
 }  // namespace ibev::testing

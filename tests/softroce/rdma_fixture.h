@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
+#include <optional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -102,6 +104,20 @@ class Spawned {
  private:
   std::string output_;
   int pid_ = -1;
+};
+
+// A command the kernel may block (`rdma link delete` of a device some process
+// holds), run on a thread of its own from construction.
+class BlockingCommand {
+ public:
+  explicit BlockingCommand(const std::string& command);
+  // How long it took, or nullopt when it has not returned within `limit`
+  // (then ask again later: the thread goes on). Rethrows run_command's error.
+  std::optional<std::chrono::milliseconds> wait(std::chrono::milliseconds limit);
+
+ private:
+  std::chrono::steady_clock::time_point started_;
+  std::future<void> result_;
 };
 
 // Polls `cq` until `count` completions arrived or `timeout` passed; returns

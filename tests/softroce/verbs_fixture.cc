@@ -1,5 +1,6 @@
 #include "tests/softroce/verbs_fixture.h"
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <sstream>
@@ -180,6 +181,87 @@ bool finishes_within(const std::function<void()>& call,
   if (future.wait_for(limit) != std::future_status::ready) return false;
   future.get();  // rethrows what the call threw
   return true;
+}
+
+void Lines::add(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lines_.push_back(line);
+  changed_.notify_all();
+}
+
+bool Lines::wait_count(const std::string& line, std::size_t count,
+                       std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, limit, [&] { return count_locked(line) >= count; });
+}
+
+std::size_t Lines::count(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return count_locked(line);
+}
+
+std::string Lines::text() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string all;
+  for (const auto& line : lines_) all += line + "\n";
+  return all;
+}
+
+std::size_t Lines::count_locked(const std::string& line) const {
+  return static_cast<std::size_t>(std::count(lines_.begin(), lines_.end(), line));
+}
+
+Workload::Workload(const std::shared_ptr<Device>& device, Executor executor,
+                 std::atomic<int>& completions, std::atomic<int>& after_close)
+    : device(device), memory(64 * kSlots) {
+  pd = ProtectionDomain::create(device);
+  mr = MemoryRegion::create(pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  CompletionQueue::Options options;
+  options.cqe = 4 * kSlots;
+  options.completion.executor = std::move(executor);
+  cq = CompletionQueue::create(
+      device,
+      [this, &completions, &after_close](const CompletionBatch& batch) {
+        if (this->device->context() == nullptr) ++after_close;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        std::lock_guard<std::mutex> lock(posting);
+        for (const ibv_wc& wc : batch) {
+          ++completions;
+          if (stopped || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV) continue;
+          char* slot = memory.data() + 64 * wc.wr_id;
+          post_srq_recv(*srq, *mr, slot, wc.wr_id);
+          post_send(*a, *mr, slot, wc.wr_id);
+        }
+      },
+      nullptr, options);
+  srq = SharedReceiveQueue::create(pd, nullptr);
+  QueuePair::Options qp_options;
+  qp_options.send_cq = qp_options.recv_cq = cq;
+  qp_options.signal_all = true;
+  a = QueuePair::create(pd, nullptr, qp_options);
+  qp_options.srq = srq;
+  b = QueuePair::create(pd, nullptr, qp_options);
+  connect_rc_pair(*a, *b);
+  for (int i = 0; i < kSlots / 2; ++i) {
+    post_srq_recv(*srq, *mr, memory.data() + 64 * i, static_cast<std::uint64_t>(i));
+  }
+  for (int i = 0; i < kSlots / 2; ++i) {
+    post_send(*a, *mr, memory.data() + 64 * i, static_cast<std::uint64_t>(i));
+  }
+}
+
+void Workload::stop() {
+  std::lock_guard<std::mutex> lock(posting);
+  stopped = true;
+}
+
+bool grows_by(const std::atomic<int>& counter, int more) {
+  const int from = counter.load();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (counter.load() < from + more && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return counter.load() >= from + more;
 }
 
 }  // namespace ibev::testing

@@ -4,6 +4,7 @@
 #ifndef IBEV_TESTS_SOFTROCE_VERBS_FIXTURE_H_
 #define IBEV_TESTS_SOFTROCE_VERBS_FIXTURE_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -79,6 +80,51 @@ void post_send(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t 
 void post_recv(QueuePair& qp, const MemoryRegion& mr, char* slot, std::uint64_t id);
 void post_srq_recv(SharedReceiveQueue& srq, const MemoryRegion& mr, char* slot,
                    std::uint64_t id);
+
+// Lines several threads add (who heard what), with bounded waits.
+class Lines {
+ public:
+  void add(const std::string& line);
+  // Until `line` was added `count` times, or `limit` passed.
+  bool wait_count(const std::string& line, std::size_t count, std::chrono::milliseconds limit);
+  std::size_t count(const std::string& line);
+  std::string text();
+
+ private:
+  std::size_t count_locked(const std::string& line) const;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::string> lines_;
+};
+
+// What an application makes on a device: one object of every kind and RC
+// loopback traffic that keeps itself going (b receives from the SRQ; each
+// receive completion reposts it and sends another from a). The completion
+// handler runs on `executor` and takes a while, so a removal finds it
+// mid-call; it counts into `completions`, and into `after_close` when it
+// runs after the device closed (which must never happen).
+struct Workload {
+  Workload(const std::shared_ptr<Device>& device, Executor executor,
+          std::atomic<int>& completions, std::atomic<int>& after_close);
+  // What an application does before it drops its objects: its handlers
+  // post no more.
+  void stop();
+
+  static constexpr int kSlots = 16;
+  std::shared_ptr<Device> device;
+  std::vector<char> memory;
+  std::mutex posting;
+  bool stopped = false;
+  std::shared_ptr<ProtectionDomain> pd;
+  std::shared_ptr<MemoryRegion> mr;
+  std::shared_ptr<CompletionQueue> cq;
+  std::shared_ptr<SharedReceiveQueue> srq;
+  std::shared_ptr<QueuePair> a;
+  std::shared_ptr<QueuePair> b;
+};
+
+// Until `counter` grew by `more`, or 20 s passed.
+bool grows_by(const std::atomic<int>& counter, int more);
 
 // Runs `call` on another thread and waits at most `limit` for it: false
 // means it hung (the thread is left behind; the test fails anyway).

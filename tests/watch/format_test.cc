@@ -75,3 +75,20 @@ BOOST_AUTO_TEST_CASE(json_strings_are_escaped) {
   const std::string expected = R"("a\"b\\c\n\u0001")";
   BOOST_TEST(ibev::watch::json_string("a\"b\\c\n\x01") == expected);
 }
+
+// A removed device: its DEVICE_FATAL says why, and the change is a line.
+BOOST_AUTO_TEST_CASE(a_lost_device_and_devices_coming_and_going) {
+  auto* context = reinterpret_cast<ibv_context*>(0x1000);
+  const auto lost = ibev::Event::device_lost(context, ibev::DeviceLoss::kRemoved);
+  BOOST_TEST(ibev::watch::format_human(lost, "rxe0", noon()) ==
+             "2026-11-21T12:00:00.123456Z rxe0 device IBV_EVENT_DEVICE_FATAL (local catastrophic "
+             "error) fatal [removed] [synthesized]");
+  BOOST_TEST(ibev::watch::format_json(lost, "rxe0", noon()).find(
+                 R"("loss":"removed","synthesized":true})") != std::string::npos);
+  BOOST_TEST(ibev::watch::format_change_human("rxe0", "uverbs0", false,
+                                              ibev::DeviceLoss::kRemoved, noon()) ==
+             "2026-11-21T12:00:00.123456Z rxe0 device removed (uverbs0, removed)");
+  BOOST_TEST(ibev::watch::format_change_json("rxe0", "uverbs1", true, ibev::DeviceLoss::kNone,
+                                             noon()) ==
+             R"({"time":"2026-11-21T12:00:00.123456Z","device":"rxe0","change":"added","node":"uverbs1"})");
+}

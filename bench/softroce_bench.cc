@@ -8,6 +8,7 @@
 //   softroce_bench stream --ack-batch K [--messages N]
 //   softroce_bench link-down --netdev NAME [--rounds N]
 //   softroce_bench idle --budget-us B [--seconds S]
+//   softroce_bench removal --holder ibev|raw [--rounds N] [--hold-ms M]
 //
 // latency: a 2-byte RC send ping-pong between two processes (fork), as
 // perftest's ib_send_lat does, each process with its own Dispatcher; the
@@ -29,15 +30,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/shared_receive_queue.h>
 
 namespace {
 
@@ -58,6 +63,8 @@ struct Args {
   unsigned batch = 16;  // Dispatcher::Options::batch
   int server_cpu = -1;  // --cpus S,C: where each side of `latency` runs
   int client_cpu = -1;
+  std::string holder = "ibev";  // removal: who holds the device
+  int hold_ms = 3000;           // removal: how long the raw holder keeps it
 };
 
 Args parse(int argc, char** argv) {
@@ -81,6 +88,8 @@ Args parse(int argc, char** argv) {
     else if (key == "--rounds") args.rounds = std::stoi(value);
     else if (key == "--seconds") args.seconds = std::stoi(value);
     else if (key == "--batch") args.batch = static_cast<unsigned>(std::stoul(value));
+    else if (key == "--holder") args.holder = value;
+    else if (key == "--hold-ms") args.hold_ms = std::stoi(value);
     else if (key == "--cpus" && value.find(',') != std::string::npos) {
       args.server_cpu = std::stoi(value.substr(0, value.find(',')));
       args.client_cpu = std::stoi(value.substr(value.find(',') + 1));
@@ -469,6 +478,142 @@ int idle(const Args& args) {
   return 0;
 }
 
+// One of every object a connection holds, made with raw verbs: a process
+// that does not know its device can vanish, as every process did before.
+struct RawHolder {
+  explicit RawHolder(const std::string& name) {
+    int count = 0;
+    ibv_device** list = ibv_get_device_list(&count);
+    for (int i = 0; i < count && context == nullptr; ++i) {
+      if (name == ibv_get_device_name(list[i])) context = ibv_open_device(list[i]);
+    }
+    ibv_free_device_list(list);
+    if (context == nullptr) throw std::runtime_error("ibv_open_device(" + name + ") failed");
+    pd = ibv_alloc_pd(context);
+    channel = ibv_create_comp_channel(context);
+    cq = ibv_create_cq(context, 64, nullptr, channel, 0);
+    ibv_srq_init_attr srq_attr{};
+    srq_attr.attr.max_wr = 16;
+    srq_attr.attr.max_sge = 1;
+    srq = ibv_create_srq(pd, &srq_attr);
+    ibv_qp_init_attr qp_attr{};
+    qp_attr.send_cq = qp_attr.recv_cq = cq;
+    qp_attr.qp_type = IBV_QPT_RC;
+    qp_attr.cap = {16, 16, 1, 1, 0};
+    qp = ibv_create_qp(pd, &qp_attr);
+    qp_attr.srq = srq;
+    srq_qp = ibv_create_qp(pd, &qp_attr);
+    mr = ibv_reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (!pd || !channel || !cq || !srq || !qp || !srq_qp || !mr ||
+        ibv_req_notify_cq(cq, 0) != 0) {
+      throw std::runtime_error("making the raw holder's objects failed");
+    }
+  }
+  ~RawHolder() {
+    ibv_dereg_mr(mr);
+    ibv_destroy_qp(srq_qp);
+    ibv_destroy_qp(qp);
+    ibv_destroy_srq(srq);
+    ibv_destroy_cq(cq);
+    ibv_destroy_comp_channel(channel);
+    ibv_dealloc_pd(pd);
+    ibv_close_device(context);
+  }
+  ibv_context* context = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_srq* srq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_qp* srq_qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::array<char, 4096> buffer{};
+};
+
+// What an ibev device client holds on each device: the same objects, its CQ's
+// completions and the objects' events watched.
+struct IbevHolder {
+  explicit IbevHolder(const std::shared_ptr<ibev::Device>& device)
+      : pd(ibev::ProtectionDomain::create(device)) {
+    cq = ibev::CompletionQueue::create(device, [](const ibev::CompletionBatch&) {},
+                                       [](const ibev::Event&) {});
+    srq = ibev::SharedReceiveQueue::create(pd, [](const ibev::Event&) {});
+    ibev::QueuePair::Options options;
+    options.send_cq = options.recv_cq = cq;
+    qp = ibev::QueuePair::create(pd, [](const ibev::Event&) {}, options);
+    options.srq = srq;
+    srq_qp = ibev::QueuePair::create(pd, [](const ibev::Event&) {}, options);
+    mr = ibev::MemoryRegion::create(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
+  }
+  std::array<char, 4096> buffer{};
+  std::shared_ptr<ibev::ProtectionDomain> pd;
+  std::shared_ptr<ibev::CompletionQueue> cq;
+  std::shared_ptr<ibev::SharedReceiveQueue> srq;
+  std::shared_ptr<ibev::QueuePair> qp, srq_qp;
+  std::shared_ptr<ibev::MemoryRegion> mr;
+};
+
+double run_timed_ms(const std::string& command) {
+  const auto start = Clock::now();
+  if (std::system(command.c_str()) != 0) throw std::runtime_error(command + " failed");
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// From `rdma link delete` starting to its return, while this process holds
+// the device: as an ibev device client (which lets go when the kernel
+// removes the uverbs node), or with raw verbs, letting go --hold-ms after
+// the delete starts (without that, never). The device is re-added between
+// rounds.
+int removal(const Args& args) {
+  const std::string remove = "rdma link delete " + args.device;
+  const std::string re_add = "rdma link add " + args.device + " type rxe netdev " + args.netdev;
+  std::vector<double> ms;
+  for (int round = 0; round < args.rounds; ++round) {
+    if (args.holder == "raw") {
+      auto holder = std::make_unique<RawHolder>(args.device);
+      std::thread let_go([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(args.hold_ms));
+        holder.reset();
+      });
+      ms.push_back(run_timed_ms(remove));
+      let_go.join();
+    } else {
+      ibev::Dispatcher dispatcher;
+      ibev::DeviceClients clients(dispatcher);
+      std::mutex mutex;
+      std::condition_variable cv;
+      std::unique_ptr<IbevHolder> holder;
+      bool added = false;
+      ibev::Handle client = clients.register_client(
+          {"bench",
+           [&](const std::shared_ptr<ibev::Device>& device) {
+             auto made = std::make_unique<IbevHolder>(device);
+             std::lock_guard<std::mutex> lock(mutex);
+             holder = std::move(made);
+             added = true;
+             cv.notify_all();
+           },
+           [&](const std::shared_ptr<ibev::Device>&, ibev::DeviceLoss) {
+             std::lock_guard<std::mutex> lock(mutex);
+             holder.reset();
+           }});
+      dispatcher.start();
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        if (!cv.wait_for(lock, 20s, [&] { return added; })) return 4;
+      }
+      ms.push_back(run_timed_ms(remove));
+    }
+    std::printf("removal holder=%s round=%d delete_ms=%.0f\n", args.holder.c_str(), round + 1,
+                ms.back());
+    run_timed_ms(re_add);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("removal holder=%s rounds=%zu median_ms=%.0f max_ms=%.0f\n", args.holder.c_str(),
+              ms.size(), ms[ms.size() / 2], ms.back());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -478,6 +623,7 @@ int main(int argc, char** argv) {
     if (args.command == "stream") return stream(args);
     if (args.command == "link-down") return link_down(args);
     if (args.command == "idle") return idle(args);
+    if (args.command == "removal") return removal(args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "softroce_bench: %s\n", e.what());
     return 3;

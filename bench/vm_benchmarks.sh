@@ -58,4 +58,8 @@ echo "== stream_ack32"
 timeout 600 "$bench" stream --ack-batch 32 --messages 20000
 echo "== link_down"
 timeout 120 "$bench" link-down --rounds 20
+echo "== removal_ibev"
+timeout 300 "$bench" removal --holder ibev --rounds 5
+echo "== removal_raw"
+timeout 300 "$bench" removal --holder raw --rounds 3 --hold-ms 3000
 echo "== end"

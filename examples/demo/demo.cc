@@ -1,13 +1,17 @@
 // The ibev demo: every async event type, each shown with the handler that
 // heard it. The six soft-RoCE raises are triggered for real (netdev flap, GID
 // change, CQ overflow, SRQ limit, SQ drain); the fourteen it never raises are
-// injected on the same objects, through the same routing.
+// injected on the same objects, through the same routing. Then the device is
+// deleted while the demo holds it (the delete returns: ibev lets go) and
+// re-added (a device client makes new objects on it and traffic resumes).
 //
 //   demo [DEVICE [NETDEV]]     (default: $IBEV_TEST_DEVICE or rxe0, and
 //                               $IBEV_TEST_NETDEV or d0; needs root)
 //
 // Exits 0 when every event reached exactly the handler the kernel model says.
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -20,6 +24,7 @@
 
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/shared_receive_queue.h>
@@ -33,19 +38,30 @@ class RoutingTable {
  public:
   ibev::Handler handler(const std::string& who) {
     return [this, who](const ibev::Event& event) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      rows_.push_back({event.code(), who, event.synthesized()});
-      changed_.notify_all();
+      const auto* info = ibev::find_event_type(event.code());
+      const std::string raised = event.loss() != ibev::DeviceLoss::kNone && event.synthesized()
+                                     ? "ibev: " + std::string(ibev::to_string(event.loss()))
+                                 : event.synthesized() ? "injected"
+                                                       : "kernel";
+      add({event.code(), std::string(info->enumerator), std::string(ibev::to_string(info->element)),
+           raised, who});
     };
   }
 
+  // A device client's add or remove, as a row of its own.
+  void note(const std::string& what, const std::string& raised, const std::string& who) {
+    add({-1, what, "device", raised, who});
+  }
+
   bool wait_for(int code, const std::string& who) {
+    return wait_for_row([&](const Row& row) { return row.code == code && row.who == who; });
+  }
+  bool wait_for_note(const std::string& what, const std::string& who, int times = 1) {
     std::unique_lock<std::mutex> lock(mutex_);
     return changed_.wait_for(lock, 10s, [&] {
-      for (const Row& row : rows_) {
-        if (row.code == code && row.who == who) return true;
-      }
-      return false;
+      int seen = 0;
+      for (const Row& row : rows_) seen += row.event == what && row.who == who ? 1 : 0;
+      return seen >= times;
     });
   }
 
@@ -56,20 +72,19 @@ class RoutingTable {
     for (const Row& row : rows_) {
       bool merged = false;
       for (auto& [first, count] : lines) {
-        if (first->code == row.code && first->who == row.who) {
+        if (row.code < 0) break;  // each add and remove in its place
+        if (first->event == row.event && first->who == row.who && first->raised == row.raised) {
           ++count;
           merged = true;
         }
       }
       if (!merged) lines.push_back({&row, 1});
     }
-    std::printf("\n%-3s %-30s %-7s %-8s %s\n", "", "event", "element", "raised", "heard by");
+    std::printf("\n%-3s %-30s %-7s %-13s %s\n", "", "event", "element", "raised", "heard by");
     int n = 0;
     for (const auto& [row, count] : lines) {
-      const auto* info = ibev::find_event_type(row->code);
-      std::printf("%-3d %-30s %-7s %-8s %s%s\n", ++n, std::string(info->enumerator).c_str(),
-                  std::string(ibev::to_string(info->element)).c_str(),
-                  row->synthesized ? "injected" : "kernel", row->who.c_str(),
+      std::printf("%-3d %-30s %-7s %-13s %s%s\n", ++n, row->event.c_str(), row->element.c_str(),
+                  row->raised.c_str(), row->who.c_str(),
                   count > 1 ? (" (x" + std::to_string(count) + ")").c_str() : "");
     }
   }
@@ -79,6 +94,7 @@ class RoutingTable {
     std::lock_guard<std::mutex> lock(mutex_);
     bool ok = true;
     for (const Row& row : rows_) {
+      if (row.code < 0) continue;  // a client's add or remove
       auto it = expected.find(row.code);
       if (it == expected.end() || it->second != row.who) {
         std::printf("UNEXPECTED: event %d heard by %s\n", row.code, row.who.c_str());
@@ -90,10 +106,26 @@ class RoutingTable {
 
  private:
   struct Row {
-    int code;
+    int code;  // -1: a device client's add or remove
+    std::string event;
+    std::string element;
+    std::string raised;
     std::string who;
-    bool synthesized;
   };
+
+  void add(Row row) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rows_.push_back(std::move(row));
+    changed_.notify_all();
+  }
+  template <typename Match>
+  bool wait_for_row(const Match& match) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, 10s, [&] {
+      return std::any_of(rows_.begin(), rows_.end(), match);
+    });
+  }
+
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Row> rows_;
@@ -136,6 +168,34 @@ void receive(ibv_srq* srq, ibv_qp* qp, const ibev::MemoryRegion& mr, char* slot)
     ibv_post_recv(qp, &wr, &bad);
   }
 }
+
+// What a device client makes on each device it is given: a connected QP
+// pair whose completions it counts.
+struct Connection {
+  explicit Connection(const std::shared_ptr<ibev::Device>& device, std::atomic<int>& completions)
+      : pd(ibev::ProtectionDomain::create(device)) {
+    cq = ibev::CompletionQueue::create(
+        device, [&completions](const ibev::CompletionBatch& batch) { completions += static_cast<int>(batch.size); },
+        nullptr);
+    ibev::QueuePair::Options options;
+    options.send_cq = options.recv_cq = cq;
+    options.signal_all = true;
+    a = ibev::QueuePair::create(pd, nullptr, options);
+    b = ibev::QueuePair::create(pd, nullptr, options);
+    ibev::connect_rc_pair(*a, *b);
+    mr = ibev::MemoryRegion::create(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
+  }
+  void exchange(int messages) {
+    for (int i = 0; i < messages; ++i) receive(nullptr, b->get(), *mr, buffer.data() + 64 * i);
+    for (int i = 0; i < messages; ++i) send(*a, *mr, buffer.data() + 64 * i);
+  }
+
+  std::array<char, 64 * 8> buffer{};
+  std::shared_ptr<ibev::ProtectionDomain> pd;
+  std::shared_ptr<ibev::CompletionQueue> cq;
+  std::shared_ptr<ibev::QueuePair> a, b;
+  std::shared_ptr<ibev::MemoryRegion> mr;
+};
 
 }  // namespace
 
@@ -251,7 +311,49 @@ int main(int argc, char** argv) {
     expect(info.type, who);
   }
   std::this_thread::sleep_for(300ms);  // late duplicates show in the table
+
+  std::printf("\nThe device deleted while the demo holds it (QPs, CQs, an SRQ), then\n"
+              "re-added: a device client (the kernel's ib_client) is told of both.\n");
+  std::atomic<int> completions{0};
+  std::unique_ptr<Connection> connection;
+  ibev::DeviceClients clients(dispatcher);
+  ibev::Handle client = clients.register_client(
+      {"app client",
+       [&](const std::shared_ptr<ibev::Device>& added) {
+         connection = std::make_unique<Connection>(added, completions);
+         table.note("add " + added->name(), "ibev (" + added->node() + ")", "app client");
+       },
+       [&](const std::shared_ptr<ibev::Device>& removed, ibev::DeviceLoss loss) {
+         connection.reset();  // what it made on the device goes before it closes
+         table.note("remove " + removed->name(), "ibev: " + std::string(ibev::to_string(loss)),
+                    "app client");
+       }});
+  const std::string added_note = "add " + device_name;
+  ok = table.wait_for_note(added_note, "app client") && ok;
+  const auto deleting = std::chrono::steady_clock::now();
+  shell("rdma link delete " + device_name);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - deleting);
+  std::printf("  returned after %lld ms (a process holding the device used to block it for ever)\n",
+              static_cast<long long>(took.count()));
+  expect(IBV_EVENT_DEVICE_FATAL, "device listener");
+  ok = table.wait_for_note("remove " + device_name, "app client") && ok;
+  const bool closed = device->context() == nullptr && a->get() == nullptr;
+  std::printf("  the demo's Device and objects are closed: %s\n", closed ? "yes" : "NO");
+  ok = closed && ok;
+  shell("rdma link add " + device_name + " type rxe netdev " + netdev);
+  bool resumed = false;
+  if (table.wait_for_note(added_note, "app client", 2)) {
+    dispatcher.post([&] { connection->exchange(4); });
+    for (int i = 0; i < 100 && completions.load() < 8; ++i) std::this_thread::sleep_for(50ms);
+    resumed = completions.load() >= 8;
+  }
+  std::printf("  traffic on the re-added device: %d completions (%s)\n", completions.load(),
+              resumed ? "resumed" : "MISSING");
+  ok = resumed && ok;
+  client.release();
   dispatcher.stop();
+  connection.reset();
 
   table.print();
   ok = table.only(expected) && ok;

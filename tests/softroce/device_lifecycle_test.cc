@@ -188,8 +188,8 @@ BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_
                           log.add(name + " add " + device->name());
                         },
                         [&log, &self, name](const std::shared_ptr<Device>& device, DeviceLoss) {
-                          log.add(name + " remove " + device->name());
                           self.release();  // from inside its own callback
+                          log.add(name + " remove " + device->name());
                         }};
   };
   first = clients.register_client(client("first", first));

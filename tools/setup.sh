@@ -10,8 +10,8 @@ packages=(
   # the installable build, its consumers and the Debian packages
   cmake make pkgconf dpkg-dev
   # soft-RoCE test VM and the real peers run inside it
-  qemu-system-x86 busybox-static kmod cpio iproute2 rdma-core ibverbs-utils
-  perftest
+  qemu-system-x86 busybox-static kmod cpio xz-utils iproute2 rdma-core
+  ibverbs-utils perftest
 )
 
 missing=()
@@ -32,5 +32,7 @@ if ((${#missing[@]} > 0)); then
     --no-install-recommends "${missing[@]}"
 fi
 
-# The soft-RoCE VM's kernel, for hosts whose kernel has no rdma_rxe.
-"$(dirname "$0")/softroce/fetch_kernel.sh"
+# The soft-RoCE VM's kernels, for hosts whose kernel has no rdma_rxe: the
+# suite runs on Debian 12's 6.1 and on the backports' 6.12.
+"$(dirname "$0")/softroce/fetch_kernel.sh" 6.1
+"$(dirname "$0")/softroce/fetch_kernel.sh" 6.12

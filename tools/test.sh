@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test of ibev: installs what is missing, then runs the whole suite in
 # the default configuration, under ASan+UBSan and under TSan (the soft-RoCE
-# tests too, in the VM),
+# tests too, in the VM on Debian 12's 6.1 kernel), the soft-RoCE tests again
+# on the 6.12 kernel of bookworm-backports,
 # then ibev as other projects take it: the Bazel consumer workspace, the
 # CMake install with its exports checked, the CMake and make consumers
 # against that prefix, and the Debian packages installed with apt-get, the
@@ -75,6 +76,9 @@ purge_packages() {
 }
 
 run default //...
+# The kernel matrix: the soft-RoCE suite (tag "softroce") again, same build,
+# in a VM booting the 6.12 kernel (tools/softroce/fetch_kernel.sh 6.12).
+run kernel-6.12 --test_env=IBEV_KERNEL=6.12 --test_tag_filters=softroce //...
 # The sanitizers over everything, the soft-RoCE suite included: the guest
 # runs the instrumented binaries with ASAN_OPTIONS/UBSAN_OPTIONS/TSAN_OPTIONS.
 run asan --config=asan //...

@@ -159,6 +159,8 @@ BOOST_AUTO_TEST_CASE(two_dispatchers_on_two_threads_serve_their_own_cqs) {
 BOOST_AUTO_TEST_CASE(device_close_tears_down_everything_made_on_it) {
   Dispatcher dispatcher;
   dispatcher.start();
+  // The device monitor's fd is the Dispatcher's, for as long as it lives.
+  Handle monitor = dispatcher.watch_devices([](DeviceChange, const std::string&) {});
   const std::size_t fds_before = open_fds();
   auto device = Device::open(dispatcher, test_device());
   auto pd = ProtectionDomain::create(device);

@@ -1,31 +1,60 @@
 #!/usr/bin/env bash
-# Fetches Debian's stock kernel (linux-image-amd64) for the soft-RoCE test VM
-# and keeps the kernel image and the modules the guest loads, outside the
-# source tree: ${IBEV_CACHE:-/var/cache/ibev}/kernel. Idempotent and silent
-# when the cache is ready.
+# Fetches a Debian kernel for the soft-RoCE test VM and keeps the kernel image
+# and the modules the guest loads, outside the source tree. Idempotent and
+# silent when the cache is ready.
+#
+#   fetch_kernel.sh [6.1|6.12]     (default: $IBEV_KERNEL, else 6.1)
+#
+# 6.1:  Debian 12's own kernel (linux-image-amd64), in
+#       ${IBEV_CACHE:-/var/cache/ibev}/kernel
+# 6.12: the bookworm-backports kernel, in .../kernel-6.12, fetched through a
+#       private sources list naming the suite on the mirror this machine's
+#       apt already uses: the system's sources stay untouched.
 set -euo pipefail
 
-cache=${IBEV_CACHE:-/var/cache/ibev}/kernel
+kernel=${1:-${IBEV_KERNEL:-6.1}}
+here=$(cd "$(dirname "$0")" && pwd)
+root=${IBEV_CACHE:-/var/cache/ibev}
+case $kernel in
+  6.1) cache=$root/kernel modules_list=$here/modules.txt suite= ;;
+  6.12) cache=$root/kernel-6.12 modules_list=$here/modules-6.12.txt suite=bookworm-backports ;;
+  *) echo "fetch_kernel: no kernel '$kernel' (6.1 or 6.12)" >&2; exit 2 ;;
+esac
 [[ -f $cache/ready ]] && exit 0
 
-here=$(cd "$(dirname "$0")" && pwd)
 sudo=()
 if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
-
 "${sudo[@]}" mkdir -p "$cache"
 "${sudo[@]}" chown "$(id -u):$(id -g)" "$cache"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+apt_options=()
+if [[ -n $suite ]]; then
+  # The mirror of this machine's bookworm/main, from apt's own view of it.
+  mirror=$(apt-cache policy 2>/dev/null | awk '/ bookworm\/main amd64 Packages/ {print $2; exit}')
+  [[ -n $mirror ]] ||
+    { echo "fetch_kernel: apt knows no bookworm/main mirror (run apt-get update)" >&2; exit 1; }
+  mkdir -p "$work/lists/partial" "$work/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main" \
+    >"$work/sources.list"
+  apt_options=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::Archives=$work/archives"
+    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+  apt-get "${apt_options[@]}" update -q >"$work/update.log" 2>&1 ||
+    { cat "$work/update.log" >&2; echo "fetch_kernel: apt-get update of $suite failed" >&2; exit 1; }
+fi
+
 # linux-image-amd64 is a metapackage; the kernel is its versioned dependency.
-package=$(apt-cache depends linux-image-amd64 2>/dev/null |
+package=$(apt-cache "${apt_options[@]}" depends linux-image-amd64 2>/dev/null |
   awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
 if [[ -z $package ]]; then
-  echo "fetch_kernel: apt-cache knows no linux-image-amd64 (run apt-get update)" >&2
+  echo "fetch_kernel: apt-cache knows no linux-image-amd64${suite:+ in $suite} (run apt-get update)" >&2
   exit 1
 fi
 echo "fetch_kernel: downloading $package for the soft-RoCE VM"
-(cd "$work" && apt-get download -q "$package" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+(cd "$work" && apt-get "${apt_options[@]}" download -q "$package" 2>&1 |
+  grep -v "^W: Download is performed unsandboxed" || true)
 deb=$(ls "$work"/linux-image-*.deb 2>/dev/null | head -n 1)
 [[ -n $deb ]] || { echo "fetch_kernel: apt-get download $package failed" >&2; exit 1; }
 dpkg-deb -x "$deb" "$work/x"
@@ -35,9 +64,14 @@ cp "$work/x/boot/vmlinuz-$version" "$cache/vmlinuz"
 rm -rf "$cache/modules" && mkdir -p "$cache/modules"
 while read -r module; do
   [[ -z $module || $module == \#* ]] && continue
-  found=$(find "$work/x/lib/modules/$version" -name "$module.ko" | head -n 1)
+  found=$(find "$work/x/lib/modules/$version" \( -name "$module.ko" -o -name "$module.ko.xz" \) |
+    head -n 1)
   [[ -n $found ]] || { echo "fetch_kernel: $module.ko not in $package" >&2; exit 1; }
-  cp "$found" "$cache/modules/"
-done <"$here/modules.txt"
-cp "$here/modules.txt" "$cache/modules/order"
+  # busybox's insmod takes plain .ko files.
+  case $found in
+    *.xz) xz -dc "$found" >"$cache/modules/$module.ko" ;;
+    *) cp "$found" "$cache/modules/" ;;
+  esac
+done <"$modules_list"
+grep -v '^#' "$modules_list" >"$cache/modules/order"
 echo "$version" >"$cache/ready"

@@ -5,6 +5,9 @@
 #   softroce_run.sh [--devices 1|2] -- BINARY [ARGS...]
 #   softroce_run.sh --fetch-kernel     (once: the kernel the VM boots)
 #
+# The VM boots Debian 12's 6.1 kernel, or with IBEV_KERNEL=6.12 the
+# bookworm-backports one (fetch_kernel.sh fetches either).
+#
 # Where the host can create rxe devices (root, rdma_rxe loadable) they are made
 # on the host; otherwise a throwaway VM boots Debian's stock kernel under qemu
 # (TCG) with the host's root shared read-only, and the binary runs there as
@@ -14,9 +17,10 @@
 # and its exit status, output and JUnit report (for Bazel's test.xml) come
 # back as if it had run here. Every wait is bounded; a failure says what broke.
 #
-# Environment: IBEV_SOFTROCE=auto|host|vm (default auto), IBEV_VM_TIMEOUT
-# (seconds the guest may run, default 240), IBEV_VM_CPUS (default 1, so that
-# two test VMs share 2 cores), IBEV_CACHE (kernel cache root).
+# Environment: IBEV_SOFTROCE=auto|host|vm (default auto), IBEV_KERNEL=6.1|6.12
+# (the VM's kernel, default 6.1), IBEV_VM_TIMEOUT (seconds the guest may run,
+# default 240), IBEV_VM_CPUS (default 1, so that two test VMs share 2 cores),
+# IBEV_CACHE (kernel cache root).
 set -uo pipefail
 
 # Its companions (guest_init.sh, modules.txt, fetch_kernel.sh): under `bazel
@@ -47,7 +51,12 @@ shift
 mode=${IBEV_SOFTROCE:-auto}
 timeout_s=${IBEV_VM_TIMEOUT:-240}
 cpus=${IBEV_VM_CPUS:-1}
-cache=${IBEV_CACHE:-/var/cache/ibev}/kernel
+kernel=${IBEV_KERNEL:-6.1}
+case $kernel in
+  6.1) cache=${IBEV_CACHE:-/var/cache/ibev}/kernel ;;
+  6.12) cache=${IBEV_CACHE:-/var/cache/ibev}/kernel-6.12 ;;
+  *) echo "softroce: IBEV_KERNEL is 6.1 or 6.12, not $kernel"; exit 2 ;;
+esac
 work=${TEST_TMPDIR:-$(mktemp -d)}/softroce
 rm -rf "$work" && mkdir -p "$work"
 
@@ -142,7 +151,7 @@ run_in_vm() {
   command -v qemu-system-x86_64 >/dev/null ||
     { echo "softroce: qemu-system-x86_64 is missing (tools/setup.sh installs qemu-system-x86)"; return 1; }
   [[ -f $cache/ready ]] ||
-    { echo "softroce: no kernel in $cache (fetch it once: $0 --fetch-kernel)"; return 1; }
+    { echo "softroce: no kernel in $cache (fetch it once: IBEV_KERNEL=$kernel $0 --fetch-kernel)"; return 1; }
   [[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 ||
     { echo "softroce: /bin/busybox is missing (busybox-static)"; return 1; }
 
@@ -189,7 +198,7 @@ run_in_vm() {
   if [[ -f $results/job_rc ]]; then
     local rc
     rc=$(cat "$results/job_rc")
-    echo "softroce: VM ran the test in ${took}s (exit $rc)"
+    echo "softroce: VM ($(cat "$cache/ready")) ran the test in ${took}s (exit $rc)"
     return "$rc"
   fi
   if [[ -f $results/vm_error ]]; then

@@ -11,6 +11,8 @@
 #include <sys/epoll.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -53,7 +55,7 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
   // completions were taken, handing each batch to the handler; returns how
   // many it took (== limit: the CQ may hold more).
   std::uint64_t drain(std::uint64_t limit) noexcept {
-    std::array<ibv_wc, 256> wcs;
+    std::array<ibv_wc, 256> wcs;  // hand_over takes ibev's own out of it
     std::uint64_t drained = 0;
     while (drained < limit && !guard_.closed()) {
       const auto want = std::min<std::uint64_t>(options_.poll_batch, limit - drained);
@@ -141,22 +143,101 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
     }
   }
 
-  void hand_over(const ibv_wc* wcs, std::size_t n) noexcept {
+  // The batch to the handler, less the completions ibev takes for itself,
+  // whose callbacks run right after it, on the same thread or task: after
+  // the handler has had every completion polled before them.
+  void hand_over(ibv_wc* wcs, std::size_t n) noexcept {
+    std::vector<std::pair<std::shared_ptr<Taker>, ibv_wc>> taken;
+    if (takers_armed_.load() != 0) n = take_ours(wcs, n, taken);
     if (!options_.executor) {
-      call_handler(CompletionBatch{cq_, wcs, n});
+      if (n > 0) call_handler(CompletionBatch{cq_, wcs, n});
+      for (const auto& [taker, wc] : taken) call_taker(*taker, wc);
       return;
     }
     try {
-      options_.executor([self = shared_from_this(),
-                         copy = std::vector<ibv_wc>(wcs, wcs + n)]() noexcept {
+      options_.executor([self = shared_from_this(), copy = std::vector<ibv_wc>(wcs, wcs + n),
+                         taken = std::move(taken)]() noexcept {
         if (!self->guard_.try_enter()) return;  // released meanwhile
-        self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
+        if (!copy.empty()) {
+          self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
+        }
+        for (const auto& [taker, wc] : taken) self->call_taker(*taker, wc);
         self->guard_.leave();
       });
     } catch (const std::exception& e) {
       report(Failure::handler_threw(
           "executor", std::string("the executor refused a completion batch: ") + e.what()));
     }
+  }
+
+ public:
+  // See Dispatcher::take_completion.
+  Handle take(std::uint32_t qp_num, std::uint64_t wr_id,
+              std::function<void(const ibv_wc&)> taken) {
+    auto taker = std::make_shared<Taker>();
+    taker->qp_num = qp_num;
+    taker->wr_id = wr_id;
+    taker->taken = std::move(taken);
+    {
+      std::lock_guard<std::mutex> lock(takers_mutex_);
+      takers_.push_back(taker);
+      ++takers_armed_;
+    }
+    return Handle([weak = weak_from_this(), taker]() noexcept {
+      if (auto self = weak.lock()) self->forget(*taker);
+      taker->guard.close();
+      taker->guard.wait_idle();
+    });
+  }
+
+ private:
+  struct Taker {
+    std::uint32_t qp_num = 0;
+    std::uint64_t wr_id = 0;
+    std::function<void(const ibv_wc&)> taken;
+    CallGuard guard;
+  };
+
+  // Moves the completions a Taker waits for out of `wcs` (each Taker takes
+  // one, once); returns how many are left, in their order.
+  std::size_t take_ours(ibv_wc* wcs, std::size_t n,
+                        std::vector<std::pair<std::shared_ptr<Taker>, ibv_wc>>& taken) noexcept {
+    std::lock_guard<std::mutex> lock(takers_mutex_);
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto it = std::find_if(takers_.begin(), takers_.end(), [&](const auto& taker) {
+        return taker->qp_num == wcs[i].qp_num && taker->wr_id == wcs[i].wr_id;
+      });
+      if (it == takers_.end()) {
+        wcs[kept++] = wcs[i];
+        continue;
+      }
+      try {
+        taken.emplace_back(*it, wcs[i]);
+      } catch (const std::bad_alloc&) {
+        report(Failure::verb_failed("CqEntry::take_ours", ENOMEM, "a drain marker was lost"));
+      }
+      takers_.erase(it);
+      --takers_armed_;
+    }
+    return kept;
+  }
+
+  void forget(const Taker& taker) noexcept {
+    std::lock_guard<std::mutex> lock(takers_mutex_);
+    auto it = std::find_if(takers_.begin(), takers_.end(),
+                           [&](const auto& t) { return t.get() == &taker; });
+    if (it == takers_.end()) return;
+    takers_.erase(it);
+    --takers_armed_;
+  }
+
+  void call_taker(Taker& taker, const ibv_wc& wc) noexcept {
+    if (!taker.guard.try_enter()) return;  // released meanwhile
+    if (auto threw = exception_text([&] { taker.taken(wc); })) {
+      report(Failure::handler_threw("ibev's own completion", std::move(*threw)));
+    }
+    taker.guard.leave();
   }
 
   void yield() noexcept {
@@ -174,6 +255,10 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
   const CompletionOptions options_;
   CallGuard guard_;  // held while draining, here or on the executor
   AtomicCompletionStats stats_;
+  // Completions ibev waits for itself (take_completion), by QP and wr_id.
+  std::mutex takers_mutex_;
+  std::vector<std::shared_ptr<Taker>> takers_;
+  std::atomic<std::size_t> takers_armed_{0};  // takers_.size(), read unlocked
   // Adaptive mode: since when the CQ has given nothing, kept across turns so
   // that a turn boundary does not restart the quiet period. Dispatching
   // thread only.
@@ -369,6 +454,23 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
     throw_system_error("ibv_req_notify_cq", rc);
   }
   return handle;
+}
+
+Handle take_completion(Reactor& reactor, ibv_cq* cq, std::uint32_t qp_num, std::uint64_t wr_id,
+                       std::function<void(const ibv_wc&)> taken) {
+  const std::string verb = "Dispatcher::take_completion";
+  if (cq == nullptr || cq->channel == nullptr) {
+    throw std::invalid_argument(verb + ": the CQ is null or has no channel");
+  }
+  if (!taken) throw std::invalid_argument(verb + ": the callback is empty");
+  std::shared_ptr<ChannelSource> source = channel_of(reactor, cq);
+  std::shared_ptr<CqEntry> entry;
+  if (source) {
+    std::lock_guard<std::mutex> lock(source->mutex);
+    if (auto it = source->cqs.find(cq); it != source->cqs.end()) entry = it->second;
+  }
+  if (!entry) throw std::invalid_argument(verb + ": the CQ is not watched by this Dispatcher");
+  return entry->take(qp_num, wr_id, std::move(taken));
 }
 
 CompletionStats completion_stats(Reactor& reactor, ibv_cq* cq) {

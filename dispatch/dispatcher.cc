@@ -285,6 +285,15 @@ CompletionStats Dispatcher::completion_stats(ibv_cq* cq) const {
   return detail::completion_stats(*reactor_, cq);
 }
 
+Handle Dispatcher::call_after(std::chrono::milliseconds delay, Task task, Executor executor) {
+  return detail::call_after(reactor_, delay, std::move(task), std::move(executor));
+}
+
+Handle Dispatcher::take_completion(ibv_cq* cq, std::uint32_t qp_num, std::uint64_t wr_id,
+                                   std::function<void(const ibv_wc&)> taken) {
+  return detail::take_completion(*reactor_, cq, qp_num, wr_id, std::move(taken));
+}
+
 Handle Dispatcher::watch_fd(int fd, std::uint32_t events, FdHandler handler,
                             Executor executor) {
   return detail::watch_fd(reactor_, fd, events, std::move(handler), std::move(executor));

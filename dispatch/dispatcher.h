@@ -197,6 +197,15 @@ class Dispatcher {
                            CompletionHandler handler);
   // The figures of a CQ watched now; zeros for one that is not.
   CompletionStats completion_stats(ibv_cq* cq) const;
+  // A completion of watched `cq` that is not the application's: the one of a
+  // work request posted with `wr_id` on QP `qp_num` (a drain's marker, as
+  // the kernel's ib_drain_qp posts). It never reaches the CQ's handler;
+  // `taken` runs once instead, right after the handler had the completions
+  // polled before it (on the CQ's executor, if it has one). Release the
+  // handle to stop waiting. Throws std::invalid_argument (not watched here,
+  // empty callback).
+  Handle take_completion(ibv_cq* cq, std::uint32_t qp_num, std::uint64_t wr_id,
+                         std::function<void(const ibv_wc&)> taken);
 
   // Any other fd in the same loop (an rdma_cm event channel, a timerfd, a
   // socket): `handler` is called once per turn while the fd is ready for
@@ -211,6 +220,11 @@ class Dispatcher {
   // Runs `task` on the dispatching thread, on the next turn. A task that
   // throws is reported (kHandlerThrew).
   void post(Task task);
+  // Runs `task` once, `delay` from now, in a turn (on `executor` if given):
+  // a one-shot timerfd in the loop. Releasing the handle cancels it (with
+  // the wait rule). Throws std::invalid_argument (negative delay, empty
+  // task) or std::system_error (timerfd_create, timerfd_settime, epoll_ctl).
+  Handle call_after(std::chrono::milliseconds delay, Task task, Executor executor = {});
 
   // Sends a synthesized event through the same resolve/deliver path, on the
   // dispatching thread; never acked to rdma-core. Who hears it is resolved

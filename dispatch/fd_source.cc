@@ -7,6 +7,8 @@
 // Locking: none of its own; the reactor's tables guard joining and leaving,
 // the CallGuard a release's wait.
 #include <fcntl.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <sys/epoll.h>
 
 #include <cerrno>
@@ -114,6 +116,43 @@ Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t e
     id = source->id();
   }
   return Reactor::handle_for(reactor, id);
+}
+
+// A one-shot timerfd served as an application fd: read, then `task`, once.
+// The handle's release also closes the timer's fd, after its watch.
+Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds delay,
+                  Task task, Executor executor) {
+  if (delay.count() < 0) throw std::invalid_argument("Dispatcher::call_after: negative delay");
+  if (!task) throw std::invalid_argument("Dispatcher::call_after: the task is empty");
+  const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (timer < 0) throw_system_error("timerfd_create", errno);
+  itimerspec when{};
+  // A zero it_value disarms a timerfd: the shortest delay is 1 ns.
+  const auto ns = std::max<std::int64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count(), 1);
+  when.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  when.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  Handle watch;
+  try {
+    if (::timerfd_settime(timer, 0, &when, nullptr) != 0) {
+      throw_system_error("timerfd_settime", errno);
+    }
+    watch = watch_fd(
+        reactor, timer, EPOLLIN,
+        [timer, task = std::move(task)](std::uint32_t) {
+          std::uint64_t expirations;
+          if (::read(timer, &expirations, sizeof expirations) > 0) task();
+        },
+        std::move(executor));
+  } catch (...) {
+    ::close(timer);
+    throw;
+  }
+  auto held = std::make_shared<Handle>(std::move(watch));
+  return Handle([held, timer]() noexcept {
+    held->release();
+    ::close(timer);
+  });
 }
 
 }  // namespace ibev::detail

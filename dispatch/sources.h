@@ -5,7 +5,9 @@
 
 #include <infiniband/verbs.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <ibev/core/executor.h>
@@ -25,9 +27,13 @@ Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* 
 Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
                          CompletionOptions options, CompletionHandler handler);
 CompletionStats completion_stats(Reactor& reactor, ibv_cq* cq);
+Handle take_completion(Reactor& reactor, ibv_cq* cq, std::uint32_t qp_num, std::uint64_t wr_id,
+                       std::function<void(const ibv_wc&)> taken);
 
 Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t events,
                 FdHandler handler, Executor executor);
+Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds delay,
+                  Task task, Executor executor);
 
 }  // namespace ibev::detail
 

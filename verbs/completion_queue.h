@@ -95,6 +95,8 @@ class CompletionQueue : public detail::Closeable {
   ibv_cq* get() const noexcept { return cq_.get(); }
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
   CompletionMode mode() const noexcept { return mode_; }
+  // The Dispatcher serving its completions; null for kPolled.
+  Dispatcher* served_by() const noexcept { return served_by_; }
   // Zero for a kPolled CQ, or once closed.
   CompletionStats completion_stats() const;
   void close() noexcept override;

@@ -60,6 +60,14 @@ class Owned {
   }
   void serve_with(Handle handle) { handles_.push_back(std::move(handle)); }
 
+  // Gives the object up without destroying it, its handles released first:
+  // the caller destroys it (a QP draining before its destroy).
+  T* release() noexcept {
+    for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) it->release();
+    handles_.clear();
+    return std::exchange(object_, nullptr);
+  }
+
   void close() noexcept {
     for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) it->release();
     handles_.clear();

@@ -1,12 +1,19 @@
 #include <ibev/verbs/queue_pair.h>
 
 #include <ibev/core/happens_before.h>
+#include <ibev/dispatch/event_wait.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
+#include <future>
+#include <mutex>
 #include <random>
 #include <string>
 #include <stdexcept>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace ibev {
 
@@ -25,6 +32,258 @@ void require_psn(const char* what, std::uint32_t psn) {
                                 std::to_string(psn));
   }
 }
+
+using DrainDone = std::function<void(const DrainReport&, std::error_code)>;
+
+// One drain in progress: what it still waits for (markers, LAST_WQE), and
+// the one call of `done`, after its subscriptions are released. Its timer,
+// in the Dispatcher's loop, owns it; the rest see it weakly. So a Dispatcher
+// destroyed mid-drain takes it along: `done` is never called, and what
+// `done` held (a QP dropped with drain_on_destroy) is destroyed with it.
+class Drain {
+ public:
+  explicit Drain(DrainDone done) : done_(std::move(done)) {}
+
+  void expect(int count) { waiting_ += count; }
+  void hold(Handle handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    handles_.push_back(std::move(handle));
+  }
+
+  // One awaited thing came; `note` records it in the report.
+  template <typename Note>
+  void arrived(const Note& note) {
+    bool last;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (finished_) return;
+      note(report_);
+      last = --waiting_ == 0;
+    }
+    if (last) finish({});
+  }
+
+  void finish(std::error_code error) noexcept {
+    std::vector<Handle> handles;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (finished_) return;
+      finished_ = true;
+      handles.swap(handles_);
+    }
+    // From inside one of their own callbacks: that one does not wait.
+    for (auto it = handles.rbegin(); it != handles.rend(); ++it) it->release();
+    if (auto threw = exception_text([&] { done_(report_, error); })) {
+      send_to({}, Failure::handler_threw("drain's done", std::move(*threw)));
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  int waiting_ = 0;
+  bool finished_ = false;
+  DrainReport report_;
+  DrainDone done_;
+  std::vector<Handle> handles_;
+};
+
+enum class Queues { kBoth, kSend, kReceive };
+
+bool polled(const std::shared_ptr<CompletionQueue>& cq) {
+  return cq->mode() == CompletionMode::kPolled;
+}
+
+// A marker on a kPolled CQ, which drain polls for itself.
+struct PolledMarker {
+  ibv_cq* cq;
+  std::uint64_t wr_id;
+  bool is_send;
+};
+
+// Polls the CQs of `markers` until each has come, handing every other
+// completion to `handler`; `arrived` for each marker; false when `timeout`
+// passed first.
+template <typename Arrived>
+bool poll_for_markers(std::vector<PolledMarker> markers, std::uint32_t qp_num,
+                      const CompletionHandler& handler, std::chrono::milliseconds timeout,
+                      const Arrived& arrived) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::array<ibv_wc, 32> wcs;
+  while (!markers.empty()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    ibv_cq* cq = markers.front().cq;
+    const int n = ibv_poll_cq(cq, static_cast<int>(wcs.size()), wcs.data());
+    if (n < 0) throw_system_error("ibv_poll_cq", -n);
+    int kept = 0;
+    for (int i = 0; i < n; ++i) {
+      auto it = std::find_if(markers.begin(), markers.end(), [&](const PolledMarker& m) {
+        return m.cq == cq && wcs[i].qp_num == qp_num && wcs[i].wr_id == m.wr_id;
+      });
+      if (it == markers.end()) {
+        wcs[kept++] = wcs[i];
+        continue;
+      }
+      arrived(it->is_send);
+      markers.erase(it);
+    }
+    if (kept > 0) handler(CompletionBatch{cq, wcs.data(), static_cast<std::size_t>(kept)});
+    if (n == 0) {
+      std::rotate(markers.begin(), markers.begin() + 1, markers.end());  // the other CQ
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  return true;
+}
+
+// The kernel's __ib_drain_sq/__ib_drain_rq, for userspace: what to wait for
+// is registered first (the markers' completions, LAST_WQE_REACHED, a
+// timer), then the QP goes to ERR and the markers are posted; markers on
+// kPolled CQs are polled for here. `done` runs once. Throws (and `done`
+// never runs) when it cannot start.
+void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events, Queues queues,
+                 const DrainOptions& options, DrainDone done) {
+  if (qp->qp_type == IBV_QPT_UD) {
+    throw std::invalid_argument("QueuePair::drain: RC, UC and XRC QPs only (as ib_drain_qp)");
+  }
+  const bool on_srq = parents.srq != nullptr;
+  if (queues == Queues::kReceive && on_srq) {
+    throw std::invalid_argument(
+        "QueuePair::drain_receive: the QP receives from an SRQ; drain() waits for its "
+        "QP_LAST_WQE_REACHED instead");
+  }
+  const bool send = queues != Queues::kReceive;
+  const bool receive = queues != Queues::kSend && !on_srq;
+  const bool last_wqe = queues == Queues::kBoth && on_srq;
+  if (((send && polled(parents.send_cq)) || (receive && polled(parents.recv_cq))) &&
+      !options.polled) {
+    throw std::invalid_argument("QueuePair::drain: a kPolled CQ needs DrainOptions::polled");
+  }
+
+  auto drain = std::make_shared<Drain>(std::move(done));
+  // Unique while it runs (the Drain's address, aligned: +1 is still its).
+  const auto send_marker = reinterpret_cast<std::uint64_t>(drain.get());
+  const auto receive_marker = send_marker + 1;
+  std::vector<PolledMarker> polled_markers;
+  drain->expect((send ? 1 : 0) + (receive ? 1 : 0) + (last_wqe ? 1 : 0));
+  bool timed = false;
+  try {
+    const auto take = [&](const std::shared_ptr<CompletionQueue>& cq, bool is_send) {
+      const std::uint64_t marker_id = is_send ? send_marker : receive_marker;
+      if (polled(cq)) {
+        polled_markers.push_back({cq->get(), marker_id, is_send});
+        return;
+      }
+      timed = true;
+      drain->hold(cq->served_by()->take_completion(
+          cq->get(), qp->qp_num, marker_id, [weak = std::weak_ptr<Drain>(drain), is_send](const ibv_wc&) {
+            if (auto drain = weak.lock()) {
+              drain->arrived([is_send](DrainReport& report) {
+                (is_send ? report.send_drained : report.receive_drained) = true;
+              });
+            }
+          }));
+    };
+    if (send) take(parents.send_cq, true);
+    if (receive) take(parents.recv_cq, false);
+    if (last_wqe) {
+      drain->hold(wait_for(events, qp, EventFilter{IBV_EVENT_QP_LAST_WQE_REACHED},
+                           options.last_wqe_timeout,
+                           [weak = std::weak_ptr<Drain>(drain)](const WaitResult& result) {
+                             auto drain = weak.lock();
+                             if (!drain) return;
+                             if (result.outcome == WaitResult::Outcome::kDeviceLost) {
+                               drain->finish(std::make_error_code(std::errc::no_such_device));
+                               return;
+                             }
+                             drain->arrived([&](DrainReport& report) {
+                               report.last_wqe_reached =
+                                   result.outcome == WaitResult::Outcome::kEvent;
+                             });
+                           }));
+    }
+    if (timed) {
+      drain->hold(events.call_after(options.timeout, [drain] {
+        drain->finish(std::make_error_code(std::errc::timed_out));
+      }));
+    }
+
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    if (const int rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE); rc != 0) {
+      throw_system_error("ibv_modify_qp(ERR)", rc);
+    }
+    if (send) {
+      ibv_send_wr wr{};
+      wr.wr_id = send_marker;
+      wr.opcode = IBV_WR_RDMA_WRITE;  // zero-length, as ib_drain_sq posts
+      wr.send_flags = IBV_SEND_SIGNALED;
+      ibv_send_wr* bad = nullptr;
+      if (const int rc = ibv_post_send(qp, &wr, &bad); rc != 0) {
+        throw_system_error("ibv_post_send(drain marker)", rc);
+      }
+    }
+    if (receive) {
+      ibv_recv_wr wr{};
+      wr.wr_id = receive_marker;
+      ibv_recv_wr* bad = nullptr;
+      if (const int rc = ibv_post_recv(qp, &wr, &bad); rc != 0) {
+        throw_system_error("ibv_post_recv(drain marker)", rc);
+      }
+      // ERR again, which the spec allows: rxe (Linux 6.1) flushes a user
+      // QP's receive queue only on entering ERR, and a receive posted after
+      // never reaches the kernel, so its marker would wait for ever.
+      if (const int rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE); rc != 0) {
+        throw_system_error("ibv_modify_qp(ERR->ERR)", rc);
+      }
+    }
+  } catch (...) {
+    drain->finish({});  // releases what it registered; `done` is the caller's to forget
+    throw;
+  }
+  if (polled_markers.empty()) return;
+  try {
+    const bool all_came = poll_for_markers(
+        std::move(polled_markers), qp->qp_num, options.polled, options.timeout,
+        [&](bool is_send) {
+          drain->arrived([is_send](DrainReport& report) {
+            (is_send ? report.send_drained : report.receive_drained) = true;
+          });
+        });
+    if (!all_came) drain->finish(std::make_error_code(std::errc::timed_out));
+  } catch (const std::system_error& e) {
+    drain->finish(e.code());
+  } catch (const std::exception&) {  // DrainOptions::polled threw
+    drain->finish(std::make_error_code(std::errc::io_error));
+  }
+}
+
+// A QP dropped with drain_on_destroy, between its drain and its destroy:
+// what it needs stays alive, and Device::close() can still reach it.
+class DrainingQp : public detail::Closeable {
+ public:
+  DrainingQp(ibv_qp* qp, std::shared_ptr<ProtectionDomain> pd, QueuePairOptions parents)
+      : qp_(qp), pd_(std::move(pd)), parents_(std::move(parents)) {}
+  ~DrainingQp() override { close(); }
+
+  void close() noexcept override {
+    ibv_qp* qp;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      qp = std::exchange(qp_, nullptr);
+    }
+    if (qp == nullptr) return;
+    if (const int rc = ibv_destroy_qp(qp); rc != 0) {
+      detail::report_destroy_failure(&pd_->device()->registry(), qp->context, "ibv_destroy_qp",
+                                     rc, qp);
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  ibv_qp* qp_;
+  const std::shared_ptr<ProtectionDomain> pd_;
+  const QueuePairOptions parents_;  // its CQs and SRQ
+};
 
 }  // namespace
 
@@ -67,7 +326,26 @@ QueuePair::QueuePair(Token, std::shared_ptr<ProtectionDomain> pd, Options option
       psn_(parents_.psn ? *parents_.psn : random_psn()),
       qp_(qp, qp->context, &pd_->device()->registry()) {}
 
-QueuePair::~QueuePair() = default;
+// With drain_on_destroy, and a device still there, the QP drains first and
+// the dispatching thread destroys it when its markers have come (or the
+// drain's timeout passed). A kPolled CQ is polled here, bounded.
+QueuePair::~QueuePair() {
+  if (!parents_.drain_on_destroy || qp_.get() == nullptr ||
+      pd_->device()->loss() != DeviceLoss::kNone) {
+    return;  // qp_ destroys it at once
+  }
+  ibv_qp* qp = qp_.release();
+  auto draining = std::make_shared<DrainingQp>(qp, pd_, parents_);
+  try {
+    pd_->device()->track(draining);
+    DrainOptions options;
+    options.polled = [](const CompletionBatch&) {};  // nobody is left to hear them
+    start_drain(qp, parents_, pd_->device()->dispatcher(), Queues::kBoth, options,
+                [draining](const DrainReport&, std::error_code) { draining->close(); });
+  } catch (const std::exception&) {
+    draining->close();
+  }
+}
 
 void QueuePair::close() noexcept { qp_.close(); }
 
@@ -119,6 +397,69 @@ void QueuePair::drain_send_queue() {
   attr.qp_state = IBV_QPS_SQD;
   attr.en_sqd_async_notify = 1;
   modify(attr, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY, "ibv_modify_qp(SQD)");
+}
+
+void QueuePair::resume_send_queue() {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.cur_qp_state = IBV_QPS_SQD;
+  modify(attr, IBV_QP_STATE | IBV_QP_CUR_STATE, "ibv_modify_qp(SQD->RTS)");
+}
+
+void QueuePair::drain_async(DrainOptions options,
+                            std::function<void(const DrainReport&, std::error_code)> done) {
+  if (!done) throw std::invalid_argument("QueuePair::drain_async: `done` is empty");
+  start_drain(qp_.require("QueuePair::drain"), parents_, pd_->device()->dispatcher(),
+              Queues::kBoth, options, std::move(done));
+}
+
+namespace {
+
+// The blocking form of start_drain: the caller waits, so it must not be the
+// thread that delivers the markers.
+DrainReport drain_and_wait(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events,
+                           Queues queues, const DrainOptions& options) {
+  for (const auto* cq : {&parents.send_cq, &parents.recv_cq}) {
+    Dispatcher* served_by = (*cq)->served_by();
+    if (served_by != nullptr && served_by->in_dispatcher_thread()) {
+      throw std::logic_error(
+          "QueuePair::drain: called on the dispatching thread, which delivers the drain's "
+          "marker; use drain_async there");
+    }
+  }
+  using Outcome = std::pair<DrainReport, std::error_code>;
+  auto outcome = std::make_shared<std::promise<Outcome>>();
+  std::future<Outcome> result = outcome->get_future();
+  start_drain(qp, parents, events, queues, options,
+              [outcome](const DrainReport& report, std::error_code error) {
+                outcome->set_value({report, error});
+              });
+  // The drain's own timer ends it; this bound is for a Dispatcher that
+  // does not dispatch (stopped, or never started).
+  const auto bound = options.timeout + options.last_wqe_timeout + std::chrono::seconds(1);
+  if (result.wait_for(bound) != std::future_status::ready) {
+    throw_system_error("QueuePair::drain (is the Dispatcher running?)", ETIMEDOUT);
+  }
+  const Outcome got = result.get();
+  if (got.second) throw_system_error("QueuePair::drain", got.second.value());
+  return got.first;
+}
+
+}  // namespace
+
+DrainReport QueuePair::drain(const DrainOptions& options) {
+  return drain_and_wait(qp_.require("QueuePair::drain"), parents_, pd_->device()->dispatcher(),
+                        Queues::kBoth, options);
+}
+
+DrainReport QueuePair::drain_send(const DrainOptions& options) {
+  return drain_and_wait(qp_.require("QueuePair::drain_send"), parents_,
+                        pd_->device()->dispatcher(), Queues::kSend, options);
+}
+
+DrainReport QueuePair::drain_receive(const DrainOptions& options) {
+  return drain_and_wait(qp_.require("QueuePair::drain_receive"), parents_,
+                        pd_->device()->dispatcher(), Queues::kReceive, options);
 }
 
 void connect_rc_pair(QueuePair& a, QueuePair& b, const ConnectOptions& options) {

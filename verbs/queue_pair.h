@@ -11,13 +11,29 @@
 // Posting work is plain verbs on get(), or post_send()/post_recv(), which
 // add errors as exceptions and ThreadSanitizer's view of the device's
 // happens-before edge.
+//
+// Draining, as the kernel's ib_drain_qp/ib_drain_sq/ib_drain_rq: the QP
+// moves to ERR, a marker work request is posted on each queue drained, and
+// drain returns when the marker's flush completion has come: then every
+// work request posted before it has completed (flushed or not) and the CQ's
+// handler has had those completions. The marker's completion is ibev's
+// (Dispatcher::take_completion): the handler never sees it. A QP on an SRQ
+// has no receive queue of its own: drain() waits for QP_LAST_WQE_REACHED
+// instead, as the kernel's rules ask before destroying such a QP, with a
+// timeout standing in for providers that never raise it (rxe on Linux 6.1;
+// 6.12 raises it, repeatedly: the wait takes the first). With
+// drain_on_destroy, dropping the last reference drains first, then destroys,
+// without blocking (the dispatching thread finishes it).
 #ifndef IBEV_VERBS_QUEUE_PAIR_H_
 #define IBEV_VERBS_QUEUE_PAIR_H_
 
 #include <infiniband/verbs.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <system_error>
 #include <optional>
 
 #include <ibev/core/registry.h>
@@ -73,6 +89,29 @@ struct QueuePairOptions {
   // connect() sets it (sq_psn). Unset: random in 24 bits, as ibv_rc_pingpong
   // picks it, so that a reconnected QP is not confused by stale packets.
   std::optional<std::uint32_t> psn;
+  // Dropping the last reference drains the QP (drain()), then destroys it;
+  // close() and Device::close() destroy at once.
+  bool drain_on_destroy = false;
+};
+
+struct DrainOptions {
+  // How long each marker's flush completion may take.
+  std::chrono::milliseconds timeout{5000};
+  // A QP on an SRQ: how long QP_LAST_WQE_REACHED may take before the drain
+  // goes on without it (DrainReport says which it was).
+  std::chrono::milliseconds last_wqe_timeout{500};
+  // A kPolled CQ's completions: drain polls such a CQ itself and hands every
+  // completion but its marker here. Required when a drained queue's CQ is
+  // kPolled.
+  CompletionHandler polled;
+};
+
+struct DrainReport {
+  bool send_drained = false;
+  bool receive_drained = false;
+  // A QP on an SRQ drained whole: whether QP_LAST_WQE_REACHED came (false:
+  // its wait timed out, the provider never raised it).
+  std::optional<bool> last_wqe_reached;
 };
 
 namespace detail {
@@ -135,8 +174,28 @@ class QueuePair : public detail::Closeable {
   // rq_psn, psn() our sq_psn. Throws std::system_error naming the step
   // ("ibv_modify_qp(RTR)") or std::invalid_argument for a bad remote.
   void connect(const RcEndpoint& remote, const ConnectOptions& options = {});
-  // RTS -> SQD: the send queue drains, then the device raises SQ_DRAINED.
+  // RTS -> SQD: the send queue drains, then the device raises SQ_DRAINED
+  // (wait for it with ibev::wait_for, armed before; dispatch/event_wait.h),
+  // and resume_send_queue() (SQD -> RTS) sends again.
   void drain_send_queue();
+  void resume_send_queue();
+
+  // ib_drain_qp: both queues (a QP on an SRQ: its send queue, then
+  // QP_LAST_WQE_REACHED); ib_drain_sq; ib_drain_rq (not for a QP on an SRQ).
+  // Block until drained; the QP is in ERR after. Throw std::logic_error on
+  // the dispatching thread of a drained CQ that is not kPolled (it delivers
+  // the marker; drain_async works there), std::invalid_argument (a UD QP,
+  // drain_receive on an SRQ's QP, a kPolled CQ without DrainOptions::polled),
+  // std::system_error (ETIMEDOUT after DrainOptions::timeout; the failing
+  // verb).
+  DrainReport drain(const DrainOptions& options = {});
+  DrainReport drain_send(const DrainOptions& options = {});
+  DrainReport drain_receive(const DrainOptions& options = {});
+  // drain() without blocking: `done` runs once, on the dispatching thread
+  // (or the CQ's executor), with the report, or the error (ETIMEDOUT, ...)
+  // as a non-empty error_code. Throws what drain() throws before it starts.
+  void drain_async(DrainOptions options,
+                   std::function<void(const DrainReport&, std::error_code)> done);
 
  private:
   struct Token {};

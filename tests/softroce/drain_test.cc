@@ -1,0 +1,358 @@
+// Orderly teardown on soft-RoCE, as the kernel's ib_drain_qp: a busy RC QP
+// drained in each completion mode (every work request completes once, the
+// marker never reaches the application), a QP on an SRQ (LAST_WQE_REACHED
+// for real on Linux 6.12, the timeout fallback on 6.1, where rxe never raises
+// it), drain_on_destroy from inside a handler, and waits on an object's
+// event: SRQ_LIMIT_REACHED, SQ_DRAINED and resuming, a timeout, a cancel.
+#define BOOST_TEST_MODULE ibev_softroce_drain
+#include <sys/utsname.h>
+
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ibev/dispatch/event_wait.h>
+
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+
+using namespace ibev;
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+namespace data = boost::unit_test::data;
+
+namespace {
+
+// Linux 6.12's rxe raises QP_LAST_WQE_REACHED; 6.1's never does.
+bool kernel_raises_last_wqe() {
+  utsname name{};
+  ::uname(&name);
+  int major = 0, minor = 0;
+  std::sscanf(name.release, "%d.%d", &major, &minor);
+  return major > 6 || (major == 6 && minor >= 12);
+}
+
+constexpr int kDepth = 200;  // work requests in flight each way
+
+// Work completions by wr_id, from the handler or a drain's `polled`.
+class Heard {
+ public:
+  CompletionHandler handler() {
+    return [this](const CompletionBatch& batch) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const ibv_wc& wc : batch) ++count_[{wc.qp_num, wc.wr_id}];
+    };
+  }
+  int count(std::uint32_t qp_num, std::uint64_t wr_id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = count_.find({qp_num, wr_id});
+    return it == count_.end() ? 0 : it->second;
+  }
+  std::size_t total() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::size_t n = 0;
+    for (const auto& [key, count] : count_) n += static_cast<std::size_t>(count);
+    return n;
+  }
+  // Anything of `qp_num` with a wr_id outside [0, limit): a marker leaked.
+  bool only_below(std::uint32_t qp_num, std::uint64_t limit) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [key, count] : count_) {
+      if (key.first == qp_num && key.second >= limit) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, int> count_;
+};
+
+struct Pair {
+  explicit Pair(Env& env, CompletionMode mode, const CompletionHandler& handler)
+      : memory(64 * kDepth * 2) {
+    mr = MemoryRegion::create(env.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+    CompletionQueue::Options options;
+    options.cqe = 4 * kDepth + 16;
+    options.completion.mode = mode;
+    cq = mode == CompletionMode::kPolled
+             ? CompletionQueue::create_polled(env.device, nullptr, options)
+             : CompletionQueue::create(env.device, handler, nullptr, options);
+    QueuePair::Options qp;
+    qp.send_cq = qp.recv_cq = cq;
+    qp.cap = {kDepth + 8, kDepth + 8, 1, 1, 0};
+    a = QueuePair::create(env.pd, nullptr, qp);
+    b = QueuePair::create(env.pd, nullptr, qp);
+    connect_rc_pair(*a, *b);
+  }
+  char* slot(int i) { return memory.data() + 64 * (i % (2 * kDepth)); }
+
+  std::vector<char> memory;
+  std::shared_ptr<MemoryRegion> mr;
+  std::shared_ptr<CompletionQueue> cq;
+  std::shared_ptr<QueuePair> a, b;
+};
+
+const CompletionMode kModes[] = {CompletionMode::kEvent, CompletionMode::kAdaptive,
+                                 CompletionMode::kPolled};
+
+}  // namespace
+
+namespace ibev {
+std::ostream& operator<<(std::ostream& out, CompletionMode mode) {
+  return out << (mode == CompletionMode::kEvent      ? "event"
+                 : mode == CompletionMode::kAdaptive ? "adaptive"
+                                                     : "polled");
+}
+}  // namespace ibev
+
+BOOST_DATA_TEST_CASE(a_busy_rc_qp_drains_with_every_request_completed_once, data::make(kModes),
+                     mode) {
+  Env env(test_device());
+  Heard seen;
+  Pair pair(env, mode, seen.handler());
+  // Hundreds in flight both ways: a's receives and sends, b's likewise.
+  for (int i = 0; i < kDepth; ++i) {
+    post_recv(*pair.a, *pair.mr, pair.slot(i), static_cast<std::uint64_t>(i));
+    post_recv(*pair.b, *pair.mr, pair.slot(kDepth + i), static_cast<std::uint64_t>(i));
+  }
+  for (int i = 0; i < kDepth; ++i) {
+    post_send(*pair.a, *pair.mr, pair.slot(i), static_cast<std::uint64_t>(kDepth + i));
+    post_send(*pair.b, *pair.mr, pair.slot(kDepth + i), static_cast<std::uint64_t>(kDepth + i));
+  }
+  DrainOptions options;
+  if (mode == CompletionMode::kPolled) {
+    BOOST_CHECK_THROW(pair.a->drain(options), std::invalid_argument);  // who gets the rest?
+    options.polled = seen.handler();
+  }
+  const DrainReport report = pair.a->drain(options);
+  BOOST_TEST(report.send_drained);
+  BOOST_TEST(report.receive_drained);
+  BOOST_TEST(!report.last_wqe_reached.has_value());
+
+  // Every request a posted before the drain has completed, exactly once.
+  const std::uint32_t a_num = pair.a->qp_num();
+  int missing = 0, twice = 0;
+  for (std::uint64_t id = 0; id < 2 * kDepth; ++id) {
+    const int count = seen.count(a_num, id);
+    missing += count == 0 ? 1 : 0;
+    twice += count > 1 ? 1 : 0;
+  }
+  BOOST_TEST(missing == 0);
+  BOOST_TEST(twice == 0);
+  BOOST_TEST(seen.only_below(a_num, 2 * kDepth), "the drain's marker reached the application");
+  // Destroying after a drain does not block.
+  std::shared_ptr<QueuePair> drained = std::move(pair.a);
+  BOOST_TEST(finishes_within([&drained] { drained.reset(); }, 5s));
+  BOOST_TEST(env.errors().empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_qp_on_an_srq_drains_on_last_wqe_reached_or_its_timeout) {
+  Env env(test_device());
+  Heard seen;
+  std::atomic<int> last_wqe_heard{0};
+  auto cq = CompletionQueue::create(env.device, seen.handler(), nullptr);
+  auto srq = SharedReceiveQueue::create(env.pd, nullptr);
+  std::vector<char> memory(64 * 16);
+  auto mr = MemoryRegion::create(env.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  QueuePair::Options options;
+  options.send_cq = options.recv_cq = cq;
+  auto a = QueuePair::create(env.pd, nullptr, options);
+  options.srq = srq;
+  auto b = QueuePair::create(
+      env.pd,
+      [&](const Event& event) {
+        if (event.code() == IBV_EVENT_QP_LAST_WQE_REACHED) ++last_wqe_heard;
+      },
+      options);
+  connect_rc_pair(*a, *b);
+  for (int i = 0; i < 8; ++i) post_srq_recv(*srq, *mr, memory.data() + 64 * i, i);
+  for (int i = 0; i < 4; ++i) post_send(*a, *mr, memory.data() + 64 * (8 + i), 100 + i);
+
+  BOOST_CHECK_THROW(b->drain_receive(), std::invalid_argument);  // the SRQ receives
+  DrainOptions drain_options;
+  drain_options.last_wqe_timeout = 500ms;
+  const auto started = std::chrono::steady_clock::now();
+  const DrainReport report = b->drain(drain_options);
+  const auto took = std::chrono::steady_clock::now() - started;
+  BOOST_TEST(report.send_drained);
+  BOOST_TEST(!report.receive_drained);  // the SRQ's, not the QP's
+  BOOST_REQUIRE(report.last_wqe_reached.has_value());
+  if (kernel_raises_last_wqe()) {
+    BOOST_TEST(*report.last_wqe_reached, "6.12 raises QP_LAST_WQE_REACHED");
+    BOOST_TEST(last_wqe_heard.load() >= 1);  // the QP's own handler heard it too
+  } else {
+    BOOST_TEST(!*report.last_wqe_reached, "6.1 never raises it: the timeout stands in");
+    BOOST_TEST((took >= 500ms));
+  }
+  // Traffic towards the drained QP raises more LAST_WQE on 6.12: the drain
+  // is over, nothing of it is left to hear them.
+  for (int i = 0; i < 4; ++i) post_send(*a, *mr, memory.data() + 64 * (12 + i), 200 + i);
+  std::this_thread::sleep_for(300ms);
+  BOOST_TEST(finishes_within([&] { b.reset(); }, 5s));
+  BOOST_TEST(env.errors().empty());
+}
+
+BOOST_AUTO_TEST_CASE(drain_blocks_nowhere_it_would_deadlock) {
+  Env env(test_device());
+  std::promise<std::string> said;
+  std::shared_ptr<QueuePair> qp;
+  auto cq = CompletionQueue::create(
+      env.device,
+      [&](const CompletionBatch&) {
+        try {
+          qp->drain();
+          said.set_value("drained");
+        } catch (const std::logic_error& e) {
+          said.set_value(e.what());
+        }
+      },
+      nullptr);
+  std::vector<char> memory(64 * 4);
+  auto mr = MemoryRegion::create(env.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  QueuePair::Options options;
+  options.send_cq = options.recv_cq = cq;
+  qp = QueuePair::create(env.pd, nullptr, options);
+  auto peer = QueuePair::create(env.pd, nullptr, options);
+  connect_rc_pair(*qp, *peer);
+  post_recv(*peer, *mr, memory.data(), 1);
+  post_send(*qp, *mr, memory.data() + 64, 2);
+  auto future = said.get_future();
+  BOOST_REQUIRE(future.wait_for(20s) == std::future_status::ready);
+  const std::string text = future.get();
+  BOOST_TEST(text.find("dispatching thread") != std::string::npos, text);
+}
+
+// Dropping the last reference of a busy QP on the dispatching thread: the
+// task returns at once, and the QP is destroyed when drained (then its CQ can
+// be destroyed: no EBUSY reported).
+BOOST_AUTO_TEST_CASE(drain_on_destroy_drains_then_destroys_without_blocking) {
+  Env env(test_device());
+  Heard seen;
+  CompletionQueue::Options roomy;
+  roomy.cqe = 4 * kDepth + 16;  // every flushed request has room
+  auto cq = CompletionQueue::create(env.device, seen.handler(), nullptr, roomy);
+  std::vector<char> memory(64 * 2 * kDepth);
+  auto mr = MemoryRegion::create(env.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  QueuePair::Options options;
+  options.send_cq = options.recv_cq = cq;
+  options.cap = {kDepth + 8, kDepth + 8, 1, 1, 0};
+  auto peer = QueuePair::create(env.pd, nullptr, options);
+  options.drain_on_destroy = true;
+  auto qp = QueuePair::create(env.pd, nullptr, options);
+  connect_rc_pair(*qp, *peer);
+  for (int i = 0; i < kDepth; ++i) {
+    post_recv(*peer, *mr, memory.data() + 64 * i, i);
+    post_recv(*qp, *mr, memory.data() + 64 * (kDepth + i), kDepth + i);
+  }
+  for (int i = 0; i < kDepth; ++i) post_send(*qp, *mr, memory.data() + 64 * i, 2 * kDepth + i);
+  const std::uint32_t qp_num = qp->qp_num();
+
+  std::promise<std::chrono::steady_clock::duration> dropped;
+  env.dispatcher.post([&dropped, doomed = std::move(qp)]() mutable {
+    const auto started = std::chrono::steady_clock::now();
+    doomed.reset();  // the last reference, with work in flight
+    dropped.set_value(std::chrono::steady_clock::now() - started);
+  });
+  auto future = dropped.get_future();
+  BOOST_REQUIRE(future.wait_for(20s) == std::future_status::ready);
+  BOOST_TEST(std::chrono::duration_cast<std::chrono::milliseconds>(future.get()).count() < 100,
+             "dropping the QP blocked the dispatching thread");
+  // Every request it had completed once, flushed or not; then it was
+  // destroyed: its CQ goes without EBUSY.
+  std::this_thread::sleep_for(1s);
+  int missing = 0;
+  for (std::uint64_t id = kDepth; id < 3 * kDepth; ++id) missing += seen.count(qp_num, id) == 1 ? 0 : 1;
+  BOOST_TEST(missing == 0);
+  BOOST_TEST(seen.only_below(qp_num, 3 * kDepth), "the drain's marker reached the application");
+  peer.reset();
+  cq->close();
+  const auto errors = env.errors();
+  BOOST_TEST(errors.empty(), errors.size() << " failures, the first: "
+                                           << (errors.empty() ? "" : errors.front()));
+}
+
+BOOST_AUTO_TEST_CASE(waits_fire_once_on_real_events_and_time_out_cleanly) {
+  Env env(test_device());
+  auto cq = CompletionQueue::create(env.device, [](const CompletionBatch&) {}, nullptr);
+  std::vector<char> memory(64 * 16);
+  auto mr = MemoryRegion::create(env.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  auto srq = SharedReceiveQueue::create(env.pd, nullptr);
+  QueuePair::Options options;
+  options.send_cq = options.recv_cq = cq;
+  auto a = QueuePair::create(env.pd, nullptr, options);
+  options.srq = srq;
+  auto b = QueuePair::create(env.pd, nullptr, options);
+  connect_rc_pair(*a, *b);
+
+  // SRQ_LIMIT_REACHED: armed before the limit is, then consumed below it.
+  for (int i = 0; i < 8; ++i) post_srq_recv(*srq, *mr, memory.data() + 64 * i, i);
+  EventWait limit = wait_for(env.dispatcher, srq->get(), {IBV_EVENT_SRQ_LIMIT_REACHED}, 10s);
+  srq->arm_limit(4);
+  for (int i = 0; i < 5; ++i) post_send(*a, *mr, memory.data() + 64 * (8 + i), 100 + i);
+  const WaitResult got = limit.wait();
+  BOOST_TEST(to_string(got.outcome) == "event");
+  BOOST_REQUIRE(got.event.has_value());
+  BOOST_TEST(got.event->srq() == srq->get());
+  BOOST_TEST(limit.wait().event->code() == IBV_EVENT_SRQ_LIMIT_REACHED);  // the same again
+
+  // SQ_DRAINED, then resume: sends flow again.
+  EventWait drained = wait_for(env.dispatcher, a->get(), {IBV_EVENT_SQ_DRAINED}, 10s);
+  a->drain_send_queue();
+  BOOST_TEST(to_string(drained.wait().outcome) == "event");
+  a->resume_send_queue();
+  EventWait nothing = wait_for(env.dispatcher, a->get(), {IBV_EVENT_COMM_EST}, 200ms);
+  const auto started = std::chrono::steady_clock::now();
+  BOOST_TEST(to_string(nothing.wait().outcome) == "timed out");
+  BOOST_TEST((std::chrono::steady_clock::now() - started >= 200ms));
+
+  // The callback form: a timeout from the loop's timer; a cancelled one never calls.
+  std::promise<std::string> timed_out;
+  Handle waiting = wait_for(env.dispatcher, a->get(), {IBV_EVENT_COMM_EST}, 100ms,
+                            [&](const WaitResult& result) {
+                              timed_out.set_value(std::string(to_string(result.outcome)));
+                            });
+  auto future = timed_out.get_future();
+  BOOST_REQUIRE(future.wait_for(10s) == std::future_status::ready);
+  BOOST_TEST(future.get() == "timed out");
+  std::atomic<int> cancelled_calls{0};
+  Handle cancelled = wait_for(env.dispatcher, a->get(), {IBV_EVENT_COMM_EST}, 50ms,
+                              [&](const WaitResult&) { ++cancelled_calls; });
+  cancelled.release();
+  std::this_thread::sleep_for(300ms);
+  BOOST_TEST(cancelled_calls.load() == 0);
+
+  BOOST_CHECK_THROW(wait_for(env.dispatcher, a->get(), {IBV_EVENT_COMM_EST}, 0ms),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(wait_for(env.dispatcher, a->get(), {IBV_EVENT_PORT_ERR}, 1s),
+                    std::invalid_argument);
+  BOOST_TEST(env.errors().empty());
+}
+
+// Last: it deletes the device (and makes it again for whoever comes next).
+BOOST_AUTO_TEST_CASE(a_wait_ends_when_its_device_is_removed) {
+  Env env(test_device());
+  auto cq = CompletionQueue::create(env.device, [](const CompletionBatch&) {}, nullptr);
+  QueuePair::Options options;
+  options.send_cq = options.recv_cq = cq;
+  auto qp = QueuePair::create(env.pd, nullptr, options);
+  EventWait waiting = wait_for(env.dispatcher, qp->get(), {IBV_EVENT_QP_FATAL}, 20s);
+  BlockingCommand deleting("rdma link delete " + test_device());
+  const WaitResult result = waiting.wait();
+  BOOST_TEST(to_string(result.outcome) == "device lost");
+  BOOST_REQUIRE(result.event.has_value());
+  BOOST_TEST((result.event->loss() == DeviceLoss::kRemoved));
+  const bool returned = deleting.wait(20s).has_value();
+  const auto errors = env.errors();
+  BOOST_TEST(returned, "the delete did not return; " << errors.size() << " failures, the first: "
+                                                     << (errors.empty() ? "" : errors.front()));
+  run_command("rdma link add " + test_device() + " type rxe netdev " + test_netdev());
+}

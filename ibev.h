@@ -22,6 +22,7 @@
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/completions.h>
 #include <ibev/dispatch/dispatcher.h>
+#include <ibev/dispatch/event_wait.h>
 #include <ibev/dispatch/worker_thread.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>

@@ -2,7 +2,8 @@
 # Runs inside the soft-RoCE VM (bench/run_benchmarks.sh starts it): perftest
 # and ibev side by side on rxe0, same kernel, same run. Prints sections
 # "== name" with raw lines; the host turns them into docs/benchmarks.md.
-#   vm_benchmarks.sh SOFTROCE_BENCH ITERATIONS ROUNDS
+#   vm_benchmarks.sh SOFTROCE_BENCH ITERATIONS ROUNDS [removal]
+# ("removal": the device removal figures alone, for a second kernel.)
 # Latency runs are interleaved, ROUNDS times, so that the machine's drift
 # falls on every configuration alike.
 set -u
@@ -42,6 +43,18 @@ ibev_latency() {
   echo "cpu $(tail -n 1 /tmp/ibev.out)"
 }
 
+removal() {
+  echo "== removal_ibev"
+  timeout 300 "$bench" removal --holder ibev --rounds 5
+  echo "== removal_raw"
+  timeout 300 "$bench" removal --holder raw --rounds 3 --hold-ms 3000
+}
+if [[ ${4:-} == removal ]]; then
+  removal
+  echo "== end"
+  exit 0
+fi
+
 for round in $(seq "$rounds"); do
   perftest "perftest_event $round" -e
   ibev_latency "ibev_event $round" --mode event
@@ -58,8 +71,5 @@ echo "== stream_ack32"
 timeout 600 "$bench" stream --ack-batch 32 --messages 20000
 echo "== link_down"
 timeout 120 "$bench" link-down --rounds 20
-echo "== removal_ibev"
-timeout 300 "$bench" removal --holder ibev --rounds 5
-echo "== removal_raw"
-timeout 300 "$bench" removal --holder raw --rounds 3 --hold-ms 3000
+removal
 echo "== end"

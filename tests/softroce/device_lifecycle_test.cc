@@ -70,16 +70,8 @@ std::ostream& operator<<(std::ostream& out, DeviceLoss loss) { return out << to_
 
 BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
                      data::make(kMonitors) * data::make(kRemovals), monitor, removal) {
-  std::vector<std::string> failures;
-  std::mutex failures_mutex;
-  Dispatcher::Options options;
-  options.device_monitor = monitor;
-  options.stall_after = 0ms;  // add's verbs take a while under TCG
-  options.on_failure = [&](const Failure& failure) {
-    std::lock_guard<std::mutex> lock(failures_mutex);
-    failures.push_back(describe(failure));
-  };
-  Dispatcher dispatcher(options);
+  FailureLog failures;
+  Dispatcher dispatcher(failures.options(monitor));
   dispatcher.start();
   WorkerThread worker;
   std::atomic<int> completions{0};
@@ -171,9 +163,7 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
     resources.clear();
     listeners.clear();
   }
-  std::lock_guard<std::mutex> lock(failures_mutex);
-  BOOST_TEST(failures.empty(), failures.size() << " failures, the first: "
-                                               << (failures.empty() ? "" : failures.front()));
+  BOOST_TEST(failures.lines().empty(), failures.summary());
 }
 
 BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_remove) {

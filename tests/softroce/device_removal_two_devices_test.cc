@@ -20,15 +20,8 @@ using namespace ibev::testing;
 using namespace std::chrono_literals;
 
 BOOST_AUTO_TEST_CASE(removing_one_device_leaves_the_other_untouched) {
-  Dispatcher::Options options;
-  options.stall_after = 0ms;  // TCG
-  std::vector<std::string> failures;
-  std::mutex failures_mutex;
-  options.on_failure = [&](const Failure& failure) {
-    std::lock_guard<std::mutex> lock(failures_mutex);
-    failures.push_back(describe(failure));
-  };
-  Dispatcher dispatcher(options);
+  FailureLog failures;
+  Dispatcher dispatcher(failures.options());
   dispatcher.start();
   WorkerThread worker;
   Lines log;
@@ -102,7 +95,5 @@ BOOST_AUTO_TEST_CASE(removing_one_device_leaves_the_other_untouched) {
     workloads.clear();
     listeners.clear();
   }
-  std::lock_guard<std::mutex> lock(failures_mutex);
-  BOOST_TEST(failures.empty(), failures.size() << " failures, the first: "
-                                               << (failures.empty() ? "" : failures.front()));
+  BOOST_TEST(failures.lines().empty(), failures.summary());
 }

@@ -275,9 +275,7 @@ BOOST_AUTO_TEST_CASE(drain_on_destroy_drains_then_destroys_without_blocking) {
   BOOST_TEST(seen.only_below(qp_num, 3 * kDepth), "the drain's marker reached the application");
   peer.reset();
   cq->close();
-  const auto errors = env.errors();
-  BOOST_TEST(errors.empty(), errors.size() << " failures, the first: "
-                                           << (errors.empty() ? "" : errors.front()));
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
 }
 
 BOOST_AUTO_TEST_CASE(waits_fire_once_on_real_events_and_time_out_cleanly) {
@@ -350,9 +348,7 @@ BOOST_AUTO_TEST_CASE(a_wait_ends_when_its_device_is_removed) {
   BOOST_TEST(to_string(result.outcome) == "device lost");
   BOOST_REQUIRE(result.event.has_value());
   BOOST_TEST((result.event->loss() == DeviceLoss::kRemoved));
-  const bool returned = deleting.wait(20s).has_value();
-  const auto errors = env.errors();
-  BOOST_TEST(returned, "the delete did not return; " << errors.size() << " failures, the first: "
-                                                     << (errors.empty() ? "" : errors.front()));
+  BOOST_TEST(deleting.wait(20s).has_value(),
+             "the delete did not return; " << env.failures.summary());
   run_command("rdma link add " + test_device() + " type rxe netdev " + test_netdev());
 }

@@ -66,20 +66,10 @@ namespace {
 
 // Every Failure is kept. The watchdog stays off: under TCG emulation, with
 // several VMs on two cores, a turn can take a second; tests/dispatch tests it.
-Dispatcher::Options keep_failures(Env& env) {
-  Dispatcher::Options options;
-  options.stall_after = std::chrono::milliseconds(0);
-  options.on_failure = [&env](const Failure& failure) {
-    std::lock_guard<std::mutex> lock(env.errors_mutex);
-    env.reported.push_back(describe(failure));
-  };
-  return options;
-}
-
 }  // namespace
 
 Env::Env(const std::string& device_name)
-    : dispatcher(keep_failures(*this)),
+    : dispatcher(failures.options()),
       registry(dispatcher.registry()),
       device(Device::open(dispatcher, device_name)),
       pd(ProtectionDomain::create(device)) {
@@ -88,9 +78,26 @@ Env::Env(const std::string& device_name)
 
 Env::~Env() { dispatcher.stop(); }
 
-std::vector<std::string> Env::errors() {
-  std::lock_guard<std::mutex> lock(errors_mutex);
-  return reported;
+Dispatcher::Options FailureLog::options(DeviceMonitor monitor) {
+  Dispatcher::Options options;
+  options.stall_after = std::chrono::milliseconds(0);
+  options.device_monitor = monitor;
+  options.on_failure = [this](const Failure& failure) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lines_.push_back(describe(failure));
+  };
+  return options;
+}
+
+std::vector<std::string> FailureLog::lines() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lines_;
+}
+
+std::string FailureLog::summary() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::to_string(lines_.size()) + " failures" +
+         (lines_.empty() ? "" : ", the first: " + lines_.front());
 }
 
 std::shared_ptr<CompletionQueue> plain_cq(const std::shared_ptr<Device>& device,

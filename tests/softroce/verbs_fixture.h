@@ -52,16 +52,29 @@ class Recorder {
   std::vector<Entry> entries_;
 };
 
+// The Failures a Dispatcher reports, kept as lines for asserts.
+class FailureLog {
+ public:
+  // Reporting here; no watchdog (TCG is slow enough to trip it in setup).
+  Dispatcher::Options options(DeviceMonitor monitor = DeviceMonitor::kAuto);
+  std::vector<std::string> lines();
+  // "N failures, the first: ..." for a message.
+  std::string summary();
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
+
 // Registry, a started Dispatcher, the device, a protection domain. Errors the
 // dispatcher reports are kept, for tests to assert there were none.
 struct Env {
   explicit Env(const std::string& device_name);
   ~Env();
 
-  std::vector<std::string> errors();
+  std::vector<std::string> errors() { return failures.lines(); }
 
-  std::mutex errors_mutex;
-  std::vector<std::string> reported;
+  FailureLog failures;
   Dispatcher dispatcher;
   Registry& registry;
   std::shared_ptr<Device> device;

@@ -240,3 +240,57 @@ BOOST_AUTO_TEST_CASE(port_listeners_read_the_cached_port_already_refreshed) {
              log.text());
   BOOST_TEST(env.errors().empty());
 }
+
+// Re-plug, again and again: each delete returns, each re-add is a new
+// Device whose objects carry traffic, nothing leaks into the next.
+BOOST_AUTO_TEST_CASE(five_deletes_and_re_adds_in_a_row) {
+  FailureLog failures;
+  Dispatcher dispatcher(failures.options());
+  dispatcher.start();
+  WorkerThread worker;
+  std::atomic<int> completions{0};
+  std::atomic<int> after_close{0};
+  Lines log;
+  std::mutex mutex;
+  std::unique_ptr<Workload> workload;
+  DeviceClients clients(dispatcher);
+  Handle client = clients.register_client(
+      {"app",
+       [&](const std::shared_ptr<Device>& device) {
+         auto made = std::make_unique<Workload>(device, worker.executor(), completions,
+                                                after_close);
+         std::lock_guard<std::mutex> lock(mutex);
+         workload = std::move(made);
+         log.add("add");
+       },
+       [&](const std::shared_ptr<Device>&, DeviceLoss) {
+         std::unique_ptr<Workload> gone;
+         {
+           std::lock_guard<std::mutex> lock(mutex);
+           gone = std::move(workload);
+         }
+         if (gone) gone->stop();
+         log.add("remove");
+       }});
+  for (std::size_t round = 1; round <= 5; ++round) {
+    BOOST_REQUIRE_MESSAGE(log.wait_count("add", round, 20s), "round " << round);
+    BOOST_REQUIRE_MESSAGE(grows_by(completions, 20), "no traffic in round " << round);
+    BlockingCommand deleting(fill("rdma link delete {dev}"));
+    if (!deleting.wait(20s)) {
+      for (auto& device : clients.devices()) device->close();
+      deleting.wait(60s);
+      BOOST_FAIL("the delete of round " << round << " hung");
+    }
+    BOOST_REQUIRE(log.wait_count("remove", round, 5s));
+    run_command(fill("rdma link add {dev} type rxe netdev {net}"));
+  }
+  BOOST_REQUIRE(log.wait_count("add", 6, 20s));
+  client.release();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (workload) workload->stop();
+    workload.reset();
+  }
+  BOOST_TEST(after_close.load() == 0);
+  BOOST_TEST(failures.lines().empty(), failures.summary());
+}

@@ -108,7 +108,9 @@ write_job() {
     done
     printf 'export TEST_TMPDIR=%q\n' "$results/tmp"
     printf 'mkdir -p %q\n' "$results/tmp"
-    printf 'export BOOST_TEST_LOGGER=%q\n' "HRF,error,stdout:JUNIT,message,$results/junit.xml"
+    # Each test case's entry and exit in the job's log: a guest that times
+    # out shows where it was.
+    printf 'export BOOST_TEST_LOGGER=%q\n' "HRF,unit_scope,stdout:JUNIT,message,$results/junit.xml"
     printf 'cd %q || exit 98\n' "$PWD"
     printf 'exec %q' "$binary"
     local arg

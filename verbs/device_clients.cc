@@ -10,7 +10,11 @@
 // thread only, as the kernel's per-client data on each ib_device.
 #include <ibev/verbs/device_clients.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <atomic>
 #include <mutex>
 #include <optional>
@@ -40,8 +44,11 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
 
   void report(const Failure& failure) const noexcept { dispatcher.registry().report(failure); }
 
-  // kAdded from the device monitor, or a client's catching up.
-  void added(const std::string& node) {
+  // kAdded from the device monitor. The kernel announces the uverbs node a
+  // moment before rdma-core lists the device (seen on Linux 6.12): a device
+  // not listed yet is looked for again, every 20 ms for 2 s, while its
+  // node is there.
+  void added(const std::string& node, int attempt = 0) {
     if (closed.load()) return;
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -62,12 +69,37 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
       report(failure);
       return;
     }
-    if (!device) return;  // gone again before it could be opened
+    if (!device) {
+      look_again(node, attempt);
+      return;
+    }
+    retries.erase(node);
     {
       std::lock_guard<std::mutex> lock(mutex);
       devices.push_back(device);
     }
     call_clients(ClientList::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
+  }
+
+  void look_again(const std::string& node, int attempt) {
+    constexpr int kAttempts = 100;
+    const bool still_there =
+        ::access(("/sys/class/infiniband_verbs/" + node).c_str(), F_OK) == 0;
+    if (still_there && attempt + 1 < kAttempts) {
+      retries[node] = dispatcher.call_after(std::chrono::milliseconds(20),
+                                            [weak = weak_from_this(), node, attempt] {
+                                              if (auto self = weak.lock()) {
+                                                self->added(node, attempt + 1);
+                                              }
+                                            });
+      return;
+    }
+    retries.erase(node);
+    if (still_there) {
+      report(Failure::verb_failed(
+          "ibv_get_device_list", ENODEV,
+          node + " appeared, but rdma-core did not list it within 2 s: not opened"));
+    }
   }
 
   // The Device's own end, after its listeners; it closes when this returns.
@@ -102,6 +134,7 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
 
   Dispatcher& dispatcher;
   std::atomic<bool> closed{false};
+  std::map<std::string, Handle> retries;  // by node; dispatching thread only
   mutable std::mutex mutex;
   std::vector<std::shared_ptr<Device>> devices;  // open, in order of appearance
   ClientList clients;

@@ -171,21 +171,34 @@ BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_
   dispatcher.start();
   DeviceClients clients(dispatcher);
   Lines log;
+  // The handles are set here and released on the dispatching thread: the
+  // kernel's delete, between the two, is no ordering TSan can see.
+  std::mutex handles;
   Handle first, second;
   const auto client = [&](const std::string& name, Handle& self) {
     return DeviceClient{name,
                         [&log, name](const std::shared_ptr<Device>& device) {
                           log.add(name + " add " + device->name());
                         },
-                        [&log, &self, name](const std::shared_ptr<Device>& device, DeviceLoss) {
-                          self.release();  // from inside its own callback
+                        [&log, &self, &handles, name](const std::shared_ptr<Device>& device,
+                                                      DeviceLoss) {
+                          {
+                            std::lock_guard<std::mutex> lock(handles);
+                            self.release();  // from inside its own callback
+                          }
                           log.add(name + " remove " + device->name());
                         }};
   };
-  first = clients.register_client(client("first", first));
+  {
+    std::lock_guard<std::mutex> lock(handles);
+    first = clients.register_client(client("first", first));
+  }
   BOOST_REQUIRE_MESSAGE(log.wait_count("first add " + test_device(), 1, 20s), log.text());
   // Registered after the device exists: it hears add all the same, once.
-  second = clients.register_client(client("second", second));
+  {
+    std::lock_guard<std::mutex> lock(handles);
+    second = clients.register_client(client("second", second));
+  }
   BOOST_REQUIRE_MESSAGE(log.wait_count("second add " + test_device(), 1, 20s), log.text());
   std::this_thread::sleep_for(100ms);
   BOOST_TEST(log.count("first add " + test_device()) == 1u, log.text());
@@ -196,8 +209,11 @@ BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_
   // Reverse registration order, as ib_unregister_device calls remove.
   const std::string text = log.text();
   BOOST_TEST(text.find("second remove") < text.find("first remove"), text);
-  BOOST_TEST(!first.active());
-  BOOST_TEST(!second.active());
+  {
+    std::lock_guard<std::mutex> lock(handles);
+    BOOST_TEST(!first.active());
+    BOOST_TEST(!second.active());
+  }
 
   // Unregistered: nobody hears the re-add.
   run_command(fill("rdma link add {dev} type rxe netdev {net}"));

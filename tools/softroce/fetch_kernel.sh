@@ -32,7 +32,12 @@ trap 'rm -rf "$work"' EXIT
 apt_options=()
 if [[ -n $suite ]]; then
   # The mirror of this machine's bookworm/main, from apt's own view of it.
-  mirror=$(apt-cache policy 2>/dev/null | awk '/ bookworm\/main amd64 Packages/ {print $2; exit}')
+  bookworm_mirror() { apt-cache policy 2>/dev/null | awk '/ bookworm\/main amd64 Packages/ {print $2; exit}'; }
+  mirror=$(bookworm_mirror)
+  if [[ -z $mirror ]]; then  # no package lists yet on a fresh machine
+    "${sudo[@]}" apt-get update -q >/dev/null 2>&1 || true
+    mirror=$(bookworm_mirror)
+  fi
   [[ -n $mirror ]] ||
     { echo "fetch_kernel: apt knows no bookworm/main mirror (run apt-get update)" >&2; exit 1; }
   mkdir -p "$work/lists/partial" "$work/archives/partial"

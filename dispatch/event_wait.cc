@@ -136,7 +136,7 @@ Handle wait_for(Dispatcher& dispatcher, WaitTarget target, EventFilter filter,
 }
 
 WaitResult EventWait::wait() {
-  if (!latch_ || (!subscriptions_.active() && !latch_->result)) {
+  if (!latch_ || (!subscriptions_.active() && !result())) {
     throw std::logic_error("EventWait::wait: nothing to wait for (empty or cancelled)");
   }
   if (dispatcher_ != nullptr && dispatcher_->in_dispatcher_thread()) {

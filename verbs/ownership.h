@@ -9,6 +9,11 @@
 // there cannot throw: it becomes a Failure (kDestroyFailed) for the device's
 // Registry sink, and the object is given up (not retried).
 //
+// The object pointer is atomic so that get() may race with a close() on the
+// dispatching thread (a lost device closes everything made on it): a reader
+// sees the object or null, never a torn value. Using the object it got is
+// still the caller's business (verbs/device.h: stop posting first).
+//
 // Closeable is what Device::close() reaches: every wrapper made on a device
 // is one, so that an application can tear down everything of a device (after
 // DEVICE_FATAL, say) without finding every shared_ptr.
@@ -17,6 +22,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cerrno>
 #include <string>
 #include <utility>
@@ -51,12 +57,13 @@ class Owned {
   Owned& operator=(const Owned&) = delete;
   ~Owned() { close(); }
 
-  T* get() const noexcept { return object_; }
+  T* get() const noexcept { return object_.load(std::memory_order_acquire); }
   // The object, or std::system_error(ENODEV) naming `verb` once closed.
   // Call it only from libibev's own .cc files: throw_closed is not exported.
   T* require(const char* verb) const {
-    if (object_ == nullptr) throw_closed(verb);
-    return object_;
+    T* object = get();
+    if (object == nullptr) throw_closed(verb);
+    return object;
   }
   void serve_with(Handle handle) { handles_.push_back(std::move(handle)); }
 
@@ -65,13 +72,13 @@ class Owned {
   T* release() noexcept {
     for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) it->release();
     handles_.clear();
-    return std::exchange(object_, nullptr);
+    return object_.exchange(nullptr, std::memory_order_acq_rel);
   }
 
   void close() noexcept {
     for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) it->release();
     handles_.clear();
-    if (T* object = std::exchange(object_, nullptr)) {
+    if (T* object = object_.exchange(nullptr, std::memory_order_acq_rel)) {
       if (const int rc = Destroy(object); rc != 0) {
         report_destroy_failure(registry_, device_, Verb, rc, object);
       }
@@ -79,7 +86,7 @@ class Owned {
   }
 
  private:
-  T* object_ = nullptr;
+  std::atomic<T*> object_{nullptr};
   ibv_context* device_ = nullptr;
   Registry* registry_ = nullptr;
   std::vector<Handle> handles_;

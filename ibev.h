@@ -2,8 +2,9 @@
 //
 // ibev gives userspace RDMA code the kernel's event model: objects take their
 // event handlers when they are made (verbs/), a Dispatcher reads every async
-// fd, completion channel and application fd and routes through the Registry
-// it carries (dispatch/, core/). <ibev/dispatch/asio.h>, for Boost.Asio, is
+// fd, completion channel, CM event channel and application fd and routes
+// through the Registry it carries (dispatch/, core/); CM ids take theirs at
+// creation too (cm/). <ibev/dispatch/asio.h>, for Boost.Asio, is
 // not included here.
 // Each header included here states its own guarantees: thread-safety,
 // lifetime, and which thread runs a handler. Include a single header instead
@@ -13,6 +14,8 @@
 
 #include <ibev/version.h>
 
+#include <ibev/cm/cm_event_type.h>
+#include <ibev/cm/cm_id.h>
 #include <ibev/core/event.h>
 #include <ibev/core/event_filter.h>
 #include <ibev/core/event_type.h>

@@ -11,7 +11,7 @@
 #
 # DESTDIR is honoured (tools/package.sh stages with it). The build directory
 # is build/cmake in the tree, or IBEV_BUILD_DIR; rebuilding is incremental.
-# Needs cmake, g++, libibverbs-dev and libboost-dev (tools/setup.sh).
+# Needs cmake, g++, libibverbs-dev, librdmacm-dev and libboost-dev (tools/setup.sh).
 set -euo pipefail
 
 if [[ $# -ne 1 || $1 == -* ]]; then

@@ -76,7 +76,7 @@ control libibev0 libs "$lib_depends" "RDMA event layer (runtime library)" </dev/
 echo "libibev $major libibev0 (>= $version)" >"$work/libibev0/DEBIAN/shlibs"
 echo "activate-noawait ldconfig" >"$work/libibev0/DEBIAN/triggers"
 control libibev-dev libdevel \
-  "libibev0 (= $version), libibverbs-dev, libboost-dev" \
+  "libibev0 (= $version), libibverbs-dev, librdmacm-dev, libboost-dev" \
   "RDMA event layer (development files)" </dev/null
 control ibev-tools net "libibev0 (= $version), $tools_depends" \
   "RDMA event layer (ibev-watch, ibev-softroce-run)" <<'EXTRA'

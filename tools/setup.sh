@@ -5,13 +5,13 @@ set -euo pipefail
 
 packages=(
   # build and test
-  bazel-bootstrap g++ libibverbs-dev ibverbs-providers libboost-dev
+  bazel-bootstrap g++ libibverbs-dev librdmacm-dev ibverbs-providers libboost-dev
   libboost-test-dev
   # the installable build, its consumers and the Debian packages
   cmake make pkgconf dpkg-dev
   # soft-RoCE test VM and the real peers run inside it
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2 rdma-core
-  ibverbs-utils perftest
+  ibverbs-utils perftest rdmacm-utils
 )
 
 missing=()

@@ -1,4 +1,4 @@
-// docs/api.md names every public type of core/, dispatch/ and verbs/: each
+// docs/api.md names every public type of core/, dispatch/, verbs/ and cm/: each
 // `class X` or `struct X` declared in namespace ibev (not ibev::detail) in a
 // public header must appear there as `X`.
 #define BOOST_TEST_MODULE ibev_docs_api

@@ -214,6 +214,15 @@ std::string Lines::text() {
   return all;
 }
 
+std::vector<std::string> Lines::starting_with(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> found;
+  for (const auto& line : lines_) {
+    if (line.rfind(prefix, 0) == 0) found.push_back(line.substr(prefix.size()));
+  }
+  return found;
+}
+
 std::size_t Lines::count_locked(const std::string& line) const {
   return static_cast<std::size_t>(std::count(lines_.begin(), lines_.end(), line));
 }

@@ -102,6 +102,8 @@ class Lines {
   bool wait_count(const std::string& line, std::size_t count, std::chrono::milliseconds limit);
   std::size_t count(const std::string& line);
   std::string text();
+  // The lines that start with `prefix`, in order, the prefix taken off.
+  std::vector<std::string> starting_with(const std::string& prefix);
 
  private:
   std::size_t count_locked(const std::string& line) const;

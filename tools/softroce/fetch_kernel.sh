@@ -20,7 +20,8 @@ case $kernel in
   6.12) cache=$root/kernel-6.12 modules_list=$here/modules-6.12.txt suite=bookworm-backports ;;
   *) echo "fetch_kernel: no kernel '$kernel' (6.1 or 6.12)" >&2; exit 2 ;;
 esac
-[[ -f $cache/ready ]] && exit 0
+# Ready, and made from the module list as it is now.
+[[ -f $cache/ready ]] && cmp -s <(grep -v '^#' "$modules_list") "$cache/modules/list" && exit 0
 
 sudo=()
 if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
@@ -66,17 +67,24 @@ dpkg-deb -x "$deb" "$work/x"
 
 version=$(ls "$work/x/lib/modules")
 cp "$work/x/boot/vmlinuz-$version" "$cache/vmlinuz"
-rm -rf "$cache/modules" && mkdir -p "$cache/modules"
+rm -rf "$cache/modules" "$cache/ready" && mkdir -p "$cache/modules"
+: >"$cache/modules/order"
 while read -r module; do
   [[ -z $module || $module == \#* ]] && continue
   found=$(find "$work/x/lib/modules/$version" \( -name "$module.ko" -o -name "$module.ko.xz" \) |
     head -n 1)
-  [[ -n $found ]] || { echo "fetch_kernel: $module.ko not in $package" >&2; exit 1; }
+  if [[ -z $found ]]; then
+    # Built into this kernel: nothing to load.
+    grep -q "/$module\.ko\$" "$work/x/lib/modules/$version/modules.builtin" 2>/dev/null && continue
+    echo "fetch_kernel: $module.ko not in $package" >&2
+    exit 1
+  fi
+  echo "$module" >>"$cache/modules/order"
   # busybox's insmod takes plain .ko files.
   case $found in
     *.xz) xz -dc "$found" >"$cache/modules/$module.ko" ;;
     *) cp "$found" "$cache/modules/" ;;
   esac
 done <"$modules_list"
-grep -v '^#' "$modules_list" >"$cache/modules/order"
+grep -v '^#' "$modules_list" >"$cache/modules/list"
 echo "$version" >"$cache/ready"

@@ -13,7 +13,9 @@
 # (TCG) with the host's root shared read-only, and the binary runs there as
 # root. Either way the binary sees:
 #   IBEV_TEST_DEVICE   rxe0, on netdev IBEV_TEST_NETDEV (dummy d0, or veth v0)
-#   IBEV_TEST_DEVICE2  rxe1, on netdev IBEV_TEST_NETDEV2, veth v1 (--devices 2)
+#                      whose address is IBEV_TEST_ADDRESS (fd00::1), for rdma_cm
+#   IBEV_TEST_DEVICE2  rxe1, on netdev IBEV_TEST_NETDEV2, veth v1 (--devices 2),
+#                      address IBEV_TEST_ADDRESS2 (fd00::2)
 # and its exit status, output and JUnit report (for Bazel's test.xml) come
 # back as if it had run here. Every wait is bounded; a failure says what broke.
 #
@@ -66,22 +68,33 @@ write_device_setup() {
   echo 'ip link set lo up || { echo "softroce: cannot bring lo up"; exit 97; }'
   if [[ $devices == 1 ]]; then
     cat <<'SETUP'
-ip link add d0 type dummy && ip link set d0 up &&
+ip link add d0 type dummy && ip addr add fd00::1/64 dev d0 nodad && ip link set d0 up &&
   rdma link add rxe0 type rxe netdev d0 || { echo "softroce: cannot create rxe0 on dummy d0"; exit 97; }
-export IBEV_TEST_DEVICE=rxe0 IBEV_TEST_NETDEV=d0
+export IBEV_TEST_DEVICE=rxe0 IBEV_TEST_NETDEV=d0 IBEV_TEST_ADDRESS=fd00::1
 SETUP
   else
-    # Both ends in one namespace: rdma_rxe on 6.1 listens in the initial
-    # namespace only. The two devices share carrier (port) events; packets
-    # between them would go through lo, which rxe ignores, so traffic tests
-    # use one device's loopback.
+    # Both ends in one namespace: rdma_rxe listens in the initial namespace
+    # only. The two devices share carrier (port) events. A packet for the
+    # other end's address would go through lo, which rxe ignores: policy
+    # routing sends what this host sends to fd00::2 out of v0 and to fd00::1
+    # out of v1 (the local table moved behind those rules), so rxe0 and rxe1
+    # carry traffic. rdma_cm also checks that the way back to a request's
+    # source leaves by the netdev it came in on (a lookup with that oif), or
+    # it rejects (reason 28): the oif rules say so.
     cat <<'SETUP'
 ip link add v0 type veth peer name v1 &&
   ip addr add fd00::1/64 dev v0 nodad && ip addr add fd00::2/64 dev v1 nodad &&
   ip link set v0 up && ip link set v1 up &&
+  ip -6 route add fd00::2/128 dev v0 table 10 && ip -6 route add fd00::1/128 dev v1 table 11 &&
+  ip -6 rule add pref 100 table local && ip -6 rule del pref 0 &&
+  ip -6 rule add pref 10 iif lo to fd00::2/128 lookup 10 &&
+  ip -6 rule add pref 10 iif lo to fd00::1/128 lookup 11 &&
+  ip -6 rule add pref 10 oif v0 to fd00::2/128 lookup 10 &&
+  ip -6 rule add pref 10 oif v1 to fd00::1/128 lookup 11 &&
   rdma link add rxe0 type rxe netdev v0 && rdma link add rxe1 type rxe netdev v1 ||
   { echo "softroce: cannot create rxe0/rxe1 on the veth pair v0/v1"; exit 97; }
 export IBEV_TEST_DEVICE=rxe0 IBEV_TEST_NETDEV=v0 IBEV_TEST_DEVICE2=rxe1 IBEV_TEST_NETDEV2=v1
+export IBEV_TEST_ADDRESS=fd00::1 IBEV_TEST_ADDRESS2=fd00::2
 SETUP
   fi
 }

@@ -1,0 +1,469 @@
+// rdma_cm through ibev's handlers, end to end on soft-RoCE: connections made
+// and torn down from either side, a listener's children hearing only their
+// own events, rejection with private data, a refused connect, ids destroyed
+// inside their handlers and from other threads, and rdma-core's rping as the
+// peer in both roles.
+#define BOOST_TEST_MODULE ibev_softroce_cm
+#include <endian.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <ibev/cm/cm_id.h>
+
+#include "tests/softroce/cm_fixture.h"
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+
+namespace bdata = boost::unit_test::data;
+using namespace ibev;
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Who {
+  const char* name;
+  friend std::ostream& operator<<(std::ostream& out, const Who& who) { return out << who.name; }
+};
+const Who kSides[] = {{"client"}, {"server"}};
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(connect_exchange_and_disconnect_from_either_side, bdata::make(kSides),
+                     who_disconnects) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;
+  Server server(env, channel, log);
+  Client client(env, channel, log, "client", server.port());
+
+  BOOST_REQUIRE_MESSAGE(log.wait_count("client: ESTABLISHED", 1, 20s), log.text());
+  BOOST_REQUIRE_MESSAGE(log.wait_count("child0: ESTABLISHED", 1, 20s), log.text());
+  Messenger* child = server.messenger("child0");
+  BOOST_REQUIRE(child != nullptr);
+  client.messenger.send("hello from the client");
+  child->send("hello from the server");
+  BOOST_TEST(child->log.wait_count("received hello from the client", 1, 10s), child->log.text());
+  BOOST_TEST(client.messenger.log.wait_count("received hello from the server", 1, 10s),
+             client.messenger.log.text());
+
+  if (std::string(who_disconnects.name) == "client") {
+    client.id->disconnect();
+  } else {
+    server.child("child0")->disconnect();
+  }
+  BOOST_TEST(log.wait_count("client: TIMEWAIT_EXIT", 1, 20s), log.text());
+  BOOST_TEST(log.wait_count("child0: TIMEWAIT_EXIT", 1, 20s), log.text());
+  std::this_thread::sleep_for(200ms);  // nothing more may come
+  BOOST_TEST(joined(log.starting_with("client: ")) ==
+                 "ADDR_RESOLVED, ROUTE_RESOLVED, ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
+             log.text());
+  BOOST_TEST(joined(log.starting_with("child0: ")) == "ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
+             log.text());
+  BOOST_TEST(joined(log.starting_with("listener: ")) == "CONNECT_REQUEST", log.text());
+  BOOST_TEST(log.count("unknown: ") == 0u);
+  BOOST_TEST(channel->stats().unrouted == 0u);
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+BOOST_AUTO_TEST_CASE(each_new_id_of_a_listener_hears_its_own_events) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;
+  Server server(env, channel, log);
+  constexpr int kClients = 8;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(std::make_unique<Client>(env, channel, log, "client" + std::to_string(i),
+                                               server.port(),
+                                               std::vector<std::uint8_t>{static_cast<std::uint8_t>(i)}));
+  }
+  for (int i = 0; i < kClients; ++i) {
+    const std::string n = std::to_string(i);
+    BOOST_REQUIRE_MESSAGE(log.wait_count("client" + n + ": ESTABLISHED", 1, 30s), log.text());
+    BOOST_REQUIRE_MESSAGE(log.wait_count("child" + n + ": ESTABLISHED", 1, 30s), log.text());
+  }
+  // Each child's QP is connected to the client that asked for it.
+  for (int i = 0; i < kClients; ++i) clients[i]->messenger.send("from client" + std::to_string(i));
+  for (int i = 0; i < kClients; ++i) {
+    const std::string n = std::to_string(i);
+    Messenger* child = server.messenger("child" + n);
+    BOOST_REQUIRE(child != nullptr);
+    BOOST_TEST(child->log.wait_count("received from client" + n, 1, 10s),
+               "child" << n << " heard: " << child->log.text());
+    BOOST_TEST(joined(log.starting_with("child" + n + ": ")) == "ESTABLISHED", log.text());
+    BOOST_TEST(joined(log.starting_with("client" + n + ": ")) ==
+                   "ADDR_RESOLVED, ROUTE_RESOLVED, ESTABLISHED",
+               log.text());
+  }
+  BOOST_TEST(log.count("listener: CONNECT_REQUEST") == static_cast<std::size_t>(kClients));
+  BOOST_TEST(log.count("unknown: ESTABLISHED") == 0u, log.text());
+  BOOST_TEST(channel->stats().connect_requests == static_cast<std::uint64_t>(kClients));
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+BOOST_AUTO_TEST_CASE(a_rejection_reaches_the_client_with_its_reason_and_private_data) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;
+  Server server(env, channel, log, Server::Policy::kReject);
+  Client client(env, channel, log, "client", server.port());
+  // 28: IB_CM_REJ_CONSUMER_DEFINED, what rdma_reject sends.
+  BOOST_REQUIRE_MESSAGE(log.wait_count("client: REJECTED 28", 1, 20s), log.text());
+  BOOST_TEST(client.rejection.substr(0, 4) == "busy");
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  BOOST_REQUIRE(ibv_query_qp(client.messenger.endpoint.qp->get(), &attr, IBV_QP_STATE, &init) == 0);
+  BOOST_TEST(attr.qp_state == IBV_QPS_ERR, "a rejected connection's QP is stopped");
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+BOOST_AUTO_TEST_CASE(connecting_where_nobody_listens_is_an_error_event_not_a_hang) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;
+  std::uint16_t unused_port = 0;
+  {
+    Lines unused;
+    Server probe(env, channel, unused);  // a port that was free a moment ago
+    unused_port = probe.port();
+  }
+  Client client(env, channel, log, "client", unused_port);
+  const auto ended = [&] {
+    for (const auto& line : log.starting_with("client: ")) {
+      if (line.rfind("REJECTED", 0) == 0 || line.rfind("UNREACHABLE", 0) == 0 ||
+          line.rfind("CONNECT_ERROR", 0) == 0) {
+        return line;
+      }
+    }
+    return std::string();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (ended().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  BOOST_TEST_MESSAGE("connecting to port " << unused_port << " with nobody listening: "
+                                           << ended());
+  BOOST_TEST(!ended().empty(), log.text());
+  BOOST_TEST(log.count("client: ESTABLISHED") == 0u);
+}
+
+namespace {
+struct CloseFrom {
+  const char* name;
+  friend std::ostream& operator<<(std::ostream& out, const CloseFrom& c) { return out << c.name; }
+};
+const CloseFrom kClosers[] = {{"its own handler"}, {"another thread"}};
+}  // namespace
+
+// Neither way waits for the dispatcher, and the handler is never called
+// after close() returned.
+BOOST_DATA_TEST_CASE(an_id_closes_from_its_handler_or_another_thread_while_events_come,
+                     bdata::make(kClosers), closer) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines server_log;
+  Server server(env, channel, server_log);
+  const bool from_handler = std::string(closer.name) == "its own handler";
+  std::mt19937 random(42);
+  int established = 0;
+  for (int round = 0; round < 100; ++round) {
+    Messenger messenger(env);
+    std::atomic<bool> closed{false};
+    std::atomic<int> after_close{0};
+    std::atomic<bool> done{false};
+    std::atomic<int> connected{0};
+    std::shared_ptr<CmId> id = CmId::create(channel, [&](const CmEvent& event) {
+      if (closed.load()) ++after_close;
+      switch (event.code) {
+        case RDMA_CM_EVENT_ADDR_RESOLVED:
+          event.id->resolve_route(2000ms);
+          break;
+        case RDMA_CM_EVENT_ROUTE_RESOLVED:
+          event.id->connect(messenger.endpoint.qp);
+          break;
+        case RDMA_CM_EVENT_ESTABLISHED:
+          ++connected;
+          if (from_handler) {
+            event.id->close();  // the id destroys itself, inside its handler
+            done = true;
+          }
+          break;
+        default:
+          done = true;  // an error ends the round too
+          break;
+      }
+    });
+    id->resolve_addr(nullptr, CmAddress::parse(cm_host(), server.port()), 2000ms);
+    if (from_handler) {
+      const auto deadline = std::chrono::steady_clock::now() + 20s;
+      while (!done.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+      }
+      BOOST_REQUIRE_MESSAGE(done.load(), "round " << round << ": no connection in 20 s");
+    } else {
+      // Somewhere between the address and the connection's first events.
+      std::this_thread::sleep_for(std::chrono::microseconds(random() % 20000));
+    }
+    BOOST_REQUIRE_MESSAGE(finishes_within([&] { id->close(); }, 5s),
+                          "round " << round << ": close() hung");
+    closed = true;
+    std::this_thread::sleep_for(1ms);
+    BOOST_REQUIRE_MESSAGE(after_close.load() == 0,
+                          "round " << round << ": the handler ran after close()");
+    established += connected.load();
+  }
+  BOOST_TEST_MESSAGE(closer.name << ": " << established << " of 100 rounds connected first");
+  if (from_handler) BOOST_TEST(established == 100);
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+// rping's exchange (librdmacm/examples/rping.c), from either end: the client
+// advertises a buffer (address, rkey, size: 16 bytes, big-endian), the
+// server RDMA-reads it and says go on, the client advertises another, the
+// server RDMA-writes what it read into it and says done; the client compares.
+namespace {
+
+struct RpingInfo {
+  std::uint64_t buf;
+  std::uint32_t rkey;
+  std::uint32_t size;
+};
+static_assert(sizeof(RpingInfo) == 16);
+
+constexpr std::size_t kPingSize = 64;
+// Offsets in the Endpoint's buffer.
+constexpr std::size_t kRecvInfo = 0, kSendInfo = 64, kStartBuf = 128, kRdmaBuf = 256;
+
+// What rping's client writes in its start buffer for ping number `ping`.
+std::string rping_text(int ping) {
+  char text[kPingSize];
+  int written = std::snprintf(text, sizeof text, "rdma-ping-%d: ", ping);
+  unsigned char c = static_cast<unsigned char>(65 + ping % 58);
+  for (std::size_t i = static_cast<std::size_t>(written); i < kPingSize; ++i) {
+    text[i] = static_cast<char>(c);
+    if (++c > 122) c = 65;
+  }
+  text[kPingSize - 1] = 0;
+  return std::string(text, kPingSize);
+}
+
+void put_info(Endpoint& endpoint, std::size_t buffer) {
+  RpingInfo info{htobe64(endpoint.address(buffer)), htobe32(endpoint.mr->rkey()),
+                 htobe32(static_cast<std::uint32_t>(kPingSize))};
+  std::memcpy(endpoint.at(kSendInfo), &info, sizeof info);
+}
+
+RpingInfo take_info(Endpoint& endpoint) {
+  RpingInfo info;
+  std::memcpy(&info, endpoint.at(kRecvInfo), sizeof info);
+  return {be64toh(info.buf), be32toh(info.rkey), be32toh(info.size)};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(rping_connects_to_an_ibev_server_and_its_pings_come_back) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;
+  Endpoint endpoint(env);
+  enum class Phase { kReadAdvert, kReading, kWriteAdvert, kWriting } phase = Phase::kReadAdvert;
+  RpingInfo remote{};
+  endpoint.on_completion = [&](const ibv_wc& wc) {
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (wc.status != IBV_WC_WR_FLUSH_ERR) log.add(std::string("error ") + ibv_wc_status_str(wc.status));
+      return;
+    }
+    switch (wc.opcode) {
+      case IBV_WC_RECV:
+        BOOST_TEST(wc.byte_len == sizeof(RpingInfo));
+        remote = take_info(endpoint);
+        endpoint.post_recv(kRecvInfo, sizeof(RpingInfo), 1);
+        if (phase == Phase::kReadAdvert) {
+          phase = Phase::kReading;
+          endpoint.post(IBV_WR_RDMA_READ, kRdmaBuf, remote.size, 2, remote.buf, remote.rkey);
+        } else {
+          phase = Phase::kWriting;
+          const auto length = static_cast<std::uint32_t>(std::strlen(endpoint.at(kRdmaBuf)) + 1);
+          endpoint.post(IBV_WR_RDMA_WRITE, kRdmaBuf, length, 3, remote.buf, remote.rkey);
+        }
+        break;
+      case IBV_WC_RDMA_READ:
+        log.add(std::string("server read ") + endpoint.at(kRdmaBuf));
+        phase = Phase::kWriteAdvert;
+        endpoint.post(IBV_WR_SEND, kSendInfo, sizeof(RpingInfo), 4);
+        break;
+      case IBV_WC_RDMA_WRITE:
+        phase = Phase::kReadAdvert;
+        endpoint.post(IBV_WR_SEND, kSendInfo, sizeof(RpingInfo), 5);
+        break;
+      default:
+        break;
+    }
+  };
+  std::shared_ptr<CmId> child;
+  auto listener = CmId::create(channel, [&](const CmEvent& event) {
+    log.add(said(event));
+    if (event.code == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      child = event.new_id;
+      child->init_qp(*endpoint.qp);
+      endpoint.post_recv(kRecvInfo, sizeof(RpingInfo), 1);
+      CmConnectOptions options;
+      options.responder_resources = 1;  // as rping's own server accepts
+      options.initiator_depth = 1;
+      child->accept(endpoint.qp, options);
+    }
+  });
+  listener->listen(CmAddress::parse(cm_host(), 0), 4);
+  const std::string port = std::to_string(listener->local_address().port());
+
+  const std::string output = "/tmp/ibev_rping_client.txt";
+  BlockingCommand rping("timeout 60 rping -c -V -v -C 10 -S " + std::to_string(kPingSize) + " -a " +
+                        cm_host() + " -p " + port + " > " + output + " 2>&1");
+  const auto took = rping.wait(60s);
+  std::string text;
+  {
+    std::FILE* file = std::fopen(output.c_str(), "r");
+    char line[512];
+    while (file != nullptr && std::fgets(line, sizeof line, file) != nullptr) text += line;
+    if (file != nullptr) std::fclose(file);
+  }
+  BOOST_REQUIRE_MESSAGE(took.has_value(), "rping -c did not finish in 60 s:\n" << text);
+  // rping -V compares each echo with what it sent; it printed each one.
+  for (int ping = 0; ping < 10; ++ping) {
+    const std::string ping_line = "ping data: " + rping_text(ping).substr(0, kPingSize - 1);
+    BOOST_TEST(text.find(ping_line) != std::string::npos, "missing: " << ping_line << "\n" << text);
+    BOOST_TEST(log.count("server read " + rping_text(ping).substr(0, kPingSize - 1)) == 1u);
+  }
+  BOOST_TEST(text.find("data mismatch") == std::string::npos, text);
+  BOOST_TEST(log.wait_count("DISCONNECTED", 1, 20s), log.text());
+  BOOST_TEST(log.count("error") == 0u, log.text());
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+  child.reset();
+  listener.reset();
+}
+
+BOOST_AUTO_TEST_CASE(an_ibev_client_pings_an_rping_server) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;
+  constexpr int kPings = 10;
+  const std::string port = "7474";
+  const std::string output = "/tmp/ibev_rping_server.txt";
+  BlockingCommand rping("timeout 90 rping -s -v -S " + std::to_string(kPingSize) + " -a " + cm_host() +
+                        " -p " + port + " > " + output + " 2>&1");
+
+  Endpoint endpoint(env);
+  int ping = 0;
+  bool advertised_start = false;
+  std::atomic<int> matched{0};
+  std::atomic<bool> finished{false};
+  std::shared_ptr<CmId> id;
+  const auto send_ping = [&] {
+    const std::string text = rping_text(ping);
+    std::memcpy(endpoint.at(kStartBuf), text.data(), kPingSize);
+    std::memset(endpoint.at(kRdmaBuf), 0, kPingSize);
+    put_info(endpoint, kStartBuf);
+    advertised_start = true;
+    endpoint.post(IBV_WR_SEND, kSendInfo, sizeof(RpingInfo), 1);
+  };
+  endpoint.on_completion = [&](const ibv_wc& wc) {
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (wc.status != IBV_WC_WR_FLUSH_ERR) log.add(std::string("error ") + ibv_wc_status_str(wc.status));
+      return;
+    }
+    if (wc.opcode != IBV_WC_RECV) return;
+    BOOST_TEST(wc.byte_len == sizeof(RpingInfo));
+    endpoint.post_recv(kRecvInfo, sizeof(RpingInfo), 2);
+    if (advertised_start) {  // the server read it: advertise where to write
+      advertised_start = false;
+      put_info(endpoint, kRdmaBuf);
+      endpoint.post(IBV_WR_SEND, kSendInfo, sizeof(RpingInfo), 3);
+      return;
+    }
+    // The server wrote back what it read.
+    if (std::memcmp(endpoint.at(kStartBuf), endpoint.at(kRdmaBuf), kPingSize) == 0) ++matched;
+    if (++ping < kPings) {
+      send_ping();
+    } else {
+      finished = true;
+    }
+  };
+  std::atomic<int> refused{0};
+  const auto connect = [&] {
+    id = CmId::create(channel, [&](const CmEvent& event) {
+      log.add(said(event));
+      switch (event.code) {
+        case RDMA_CM_EVENT_ADDR_RESOLVED:
+          event.id->resolve_route(2000ms);
+          break;
+        case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+          event.id->init_qp(*endpoint.qp);
+          endpoint.post_recv(kRecvInfo, sizeof(RpingInfo), 2);
+          CmConnectOptions options;
+          options.responder_resources = 1;  // as rping's own client connects
+          options.initiator_depth = 1;
+          event.id->connect(endpoint.qp, options);
+          break;
+        }
+        case RDMA_CM_EVENT_ESTABLISHED:
+          send_ping();
+          break;
+        default:
+          if (event.info() != nullptr && event.info()->severity == Severity::kError) ++refused;
+          break;
+      }
+    });
+    id->resolve_addr(nullptr, CmAddress::parse(cm_host(), std::stoi(port)), 2000ms);
+  };
+  // rping says nothing when it listens: ask again while it refuses.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  int attempts = 1;
+  connect();
+  while (!log.wait_count("ESTABLISHED", 1, 100ms) && std::chrono::steady_clock::now() < deadline) {
+    if (refused.load() >= attempts) {
+      id->close();
+      endpoint.qp = endpoint.make_qp(env);
+      ++attempts;
+      connect();
+    }
+  }
+  BOOST_TEST_MESSAGE("rping -s answered attempt " << attempts);
+  BOOST_REQUIRE_MESSAGE(log.count("ESTABLISHED") == 1u, log.text());
+  const auto pinged_until = std::chrono::steady_clock::now() + 30s;
+  while (!finished.load() && std::chrono::steady_clock::now() < pinged_until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_TEST(finished.load(), "pings done: " << ping);
+  BOOST_TEST(matched.load() == kPings);
+  id->disconnect();
+  BOOST_TEST(log.wait_count("DISCONNECTED", 1, 20s), log.text());
+  const auto took = rping.wait(30s);
+  BOOST_TEST(took.has_value(), "rping -s did not exit after the disconnect");
+  std::string text;
+  {
+    std::FILE* file = std::fopen(output.c_str(), "r");
+    char line[512];
+    while (file != nullptr && std::fgets(line, sizeof line, file) != nullptr) text += line;
+    if (file != nullptr) std::fclose(file);
+  }
+  for (int n = 0; n < kPings; ++n) {
+    const std::string ping_line = "server ping data: " + rping_text(n).substr(0, kPingSize - 1);
+    BOOST_TEST(text.find(ping_line) != std::string::npos, "missing: " << ping_line << "\n" << text);
+  }
+  BOOST_TEST(log.count("error") == 0u, log.text());
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+  id.reset();
+}

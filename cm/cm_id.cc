@@ -3,8 +3,8 @@
 // of a CONNECT_REQUEST, moving a connecting QP on CONNECT_RESPONSE), the
 // event is acked, and deliver() calls the handler.
 //
-// Locking: a channel's `mutex` guards its table of ids, and nothing else is
-// done under it. Its `calls` lock is held around rdma_get_cm_event and each
+// Locking: a channel's `mutex` guards its table of ids (and the timers of
+// release_removed_devices), and nothing else is done under it. Its `calls` lock is held around rdma_get_cm_event and each
 // CmId's librdmacm call, never across a handler: librdmacm is not safe for
 // two threads in one id at once. An id's own mutex guards its QP and
 // connection state. The dispatching thread holds no lock while a handler
@@ -29,6 +29,7 @@
 #include <system_error>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <ibev/core/call_guard.h>
 #include <ibev/core/failure.h>
@@ -85,6 +86,15 @@ void move_to_error(QueuePair& qp) noexcept {
   if (ibv_qp* raw = qp.get()) ibv_modify_qp(raw, &attr, IBV_QP_STATE);
 }
 
+// librdmacm opens a context of its own on every device its ids use, and
+// closes a removed device's only when it has found the device gone from
+// ibv_get_device_list (rdma_get_devices looks) and none of its ids is left
+// on it. Until then the kernel's delete waits for that context, as for any.
+void release_removed_devices() noexcept {
+  int count = 0;
+  if (ibv_context** contexts = rdma_get_devices(&count)) rdma_free_devices(contexts);
+}
+
 void copy_private_data(const void* data, std::uint8_t length, CmEvent& event) {
   if (data == nullptr || length == 0) return;
   const auto* bytes = static_cast<const std::uint8_t*>(data);
@@ -113,6 +123,7 @@ struct CmIdState {
   // that may follow are not news to the handler (librdmacm drops them too).
   bool connect_error = false;
   CmConnection request;  // a new id: what its CONNECT_REQUEST asked for
+  std::atomic<bool> device_removed{false};  // it heard DEVICE_REMOVAL
 };
 
 struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
@@ -162,6 +173,7 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
 
   mutable std::mutex mutex;
   std::unordered_map<rdma_cm_id*, std::shared_ptr<CmIdState>> ids;
+  std::vector<Handle> retries;  // release_removed_devices() again, later (guarded too)
 };
 
 // Serves up to `batch` events: each read, resolved, acked, then delivered.
@@ -241,6 +253,9 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
       // Before the ack: until then rdma_destroy_id cannot free the id.
       establish(*routed.to, raw.id, event);
+      break;
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      routed.to->device_removed = true;  // its close() lets librdmacm let go
       break;
     case RDMA_CM_EVENT_REJECTED:
     case RDMA_CM_EVENT_DISCONNECTED: {
@@ -446,6 +461,32 @@ std::shared_ptr<CmEventChannel> CmEventChannel::create(Dispatcher& dispatcher,
         // the channel, without the channel going under this loop.
         if (auto state = weak.lock()) state->serve();
       });
+  // A removed device's librdmacm context, if no id holds it, goes at once;
+  // looked for again a little later, as the device may still be listed
+  // when its removal is announced. Without a device monitor (kOff) only
+  // closing an id that heard DEVICE_REMOVAL does it.
+  try {
+    channel->devices_watched_ = dispatcher.watch_devices(
+        [&dispatcher, weak = std::weak_ptr<detail::CmChannelState>(state)](
+            DeviceChange change, const std::string&) {
+          if (change != DeviceChange::kRemoved) return;
+          release_removed_devices();
+          auto state = weak.lock();
+          if (state == nullptr) return;
+          std::vector<Handle> later;
+          for (const int delay : {100, 500, 2000}) {
+            later.push_back(dispatcher.call_after(std::chrono::milliseconds(delay),
+                                                  [] { release_removed_devices(); }));
+          }
+          // An earlier removal's, replaced (on this thread: no wait).
+          std::vector<Handle> earlier;
+          std::lock_guard<std::mutex> lock(state->mutex);
+          earlier.swap(state->retries);
+          state->retries = std::move(later);
+        });
+  } catch (const std::invalid_argument&) {
+    // Options::device_monitor is kOff: see above.
+  }
   return channel;
 }
 
@@ -511,6 +552,7 @@ void CmId::close() noexcept {
       channel_->state_->report(std::move(failure));
     }
   }
+  if (state_->device_removed) release_removed_devices();
   std::shared_ptr<QueuePair> qp;  // let go outside the lock
   std::lock_guard<std::mutex> lock(state_->mutex);
   qp.swap(state_->qp);

@@ -39,6 +39,14 @@
 // handler, with the wait rule of core/handle.h, then destroys the id; the
 // QP it was given is not destroyed, only let go. Ids keep their channel
 // alive; the Dispatcher must outlive both.
+//
+// Device removal. Every id on a removed device hears DEVICE_REMOVAL; close
+// it there (with what it holds), as a kernel ULP destroys its ids. librdmacm
+// keeps a context of its own open on each device its ids use, which holds
+// up the kernel's delete like any open context: ibev has librdmacm let a
+// removed device's context go once its last id is closed (and when the
+// Dispatcher's device monitor sees a device go), so the delete completes.
+// The ibev Device of that device is lost as docs/design.md says.
 #ifndef IBEV_CM_CM_ID_H_
 #define IBEV_CM_CM_ID_H_
 
@@ -162,6 +170,7 @@ class CmEventChannel {
   Dispatcher& dispatcher_;
   std::shared_ptr<detail::CmChannelState> state_;
   Handle served_;
+  Handle devices_watched_;  // removed devices: librdmacm's contexts let go
 };
 
 class CmId {

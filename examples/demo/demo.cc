@@ -4,6 +4,8 @@
 // injected on the same objects, through the same routing. Then the device is
 // deleted while the demo holds it (the delete returns: ibev lets go) and
 // re-added (a device client makes new objects on it and traffic resumes).
+// Last, a connection through the RDMA connection manager on the re-added
+// device: the CM events, each with the id's handler that heard it.
 //
 //   demo [DEVICE [NETDEV]]     (default: $IBEV_TEST_DEVICE or rxe0, and
 //                               $IBEV_TEST_NETDEV or d0; needs root)
@@ -22,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include <ibev/cm/cm_id.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
@@ -52,6 +55,21 @@ class RoutingTable {
   void note(const std::string& what, const std::string& raised, const std::string& who) {
     add({-1, what, "device", raised, who});
   }
+  // A CM event, as a row of its own: what it names, by kCmEventTypes.
+  void cm(const ibev::CmEvent& event, const std::string& who) {
+    const ibev::CmEventTypeInfo* info = event.info();
+    add({-1, event.name(), info != nullptr ? std::string(ibev::to_string(info->scope)) : "?",
+         "rdma_cm", who});
+  }
+  // The CM rows, as "who: EVENT", in order.
+  std::vector<std::string> cm_rows() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> found;
+    for (const Row& row : rows_) {
+      if (row.raised == "rdma_cm") found.push_back(row.who + ": " + row.event);
+    }
+    return found;
+  }
 
   bool wait_for(int code, const std::string& who) {
     return wait_for_row([&](const Row& row) { return row.code == code && row.who == who; });
@@ -80,10 +98,10 @@ class RoutingTable {
       }
       if (!merged) lines.push_back({&row, 1});
     }
-    std::printf("\n%-3s %-30s %-7s %-13s %s\n", "", "event", "element", "raised", "heard by");
+    std::printf("\n%-3s %-30s %-8s %-13s %s\n", "", "event", "element", "raised", "heard by");
     int n = 0;
     for (const auto& [row, count] : lines) {
-      std::printf("%-3d %-30s %-7s %-13s %s%s\n", ++n, row->event.c_str(), row->element.c_str(),
+      std::printf("%-3d %-30s %-8s %-13s %s%s\n", ++n, row->event.c_str(), row->element.c_str(),
                   row->raised.c_str(), row->who.c_str(),
                   count > 1 ? (" (x" + std::to_string(count) + ")").c_str() : "");
     }
@@ -197,6 +215,77 @@ struct Connection {
   std::shared_ptr<ibev::MemoryRegion> mr;
 };
 
+// A client and a server id on one device, connected through the CM (rxe
+// carries it by loopback), then disconnected by the client. True when each
+// id heard exactly its events.
+bool connect_through_the_cm(ibev::Dispatcher& dispatcher, const std::string& device_name,
+                            const std::string& address, RoutingTable& table) {
+  auto device = ibev::Device::open(dispatcher, device_name);
+  auto pd = ibev::ProtectionDomain::create(device);
+  auto cq = ibev::CompletionQueue::create_polled(device, nullptr);
+  ibev::QueuePair::Options options;
+  options.send_cq = options.recv_cq = cq;
+  auto client_qp = ibev::QueuePair::create(pd, nullptr, options);
+  auto server_qp = ibev::QueuePair::create(pd, nullptr, options);
+  auto channel = ibev::CmEventChannel::create(dispatcher);
+
+  std::shared_ptr<ibev::CmId> listener, server;  // server: the listener's new id
+  listener = ibev::CmId::create(channel, [&](const ibev::CmEvent& event) {
+    table.cm(event, event.id == listener.get() ? "CM listener" : "CM server id");
+    switch (event.code) {
+      case RDMA_CM_EVENT_CONNECT_REQUEST:
+        server = event.new_id;
+        server->init_qp(*server_qp);
+        server->accept(server_qp);
+        break;
+      case RDMA_CM_EVENT_DISCONNECTED:
+        event.id->disconnect();  // the answer the client's disconnect waits for
+        break;
+      default:
+        break;
+    }
+  });
+  listener->listen(ibev::CmAddress::parse(address, 0), 4);
+  auto client = ibev::CmId::create(channel, [&](const ibev::CmEvent& event) {
+    table.cm(event, "CM client");
+    if (event.code == RDMA_CM_EVENT_ADDR_RESOLVED) {
+      event.id->resolve_route(2000ms);
+    } else if (event.code == RDMA_CM_EVENT_ROUTE_RESOLVED) {
+      event.id->init_qp(*client_qp);
+      event.id->connect(client_qp);
+    }
+  });
+  client->resolve_addr(nullptr,
+                       ibev::CmAddress::parse(address, listener->local_address().port()),
+                       2000ms);
+  bool ok = table.wait_for_note("RDMA_CM_EVENT_ESTABLISHED", "CM client") &&
+            table.wait_for_note("RDMA_CM_EVENT_ESTABLISHED", "CM server id");
+  std::printf("  connected: %s\n", ok ? "yes" : "NO");
+  if (ok) client->disconnect();
+  ok = table.wait_for_note("RDMA_CM_EVENT_TIMEWAIT_EXIT", "CM client") &&
+       table.wait_for_note("RDMA_CM_EVENT_TIMEWAIT_EXIT", "CM server id") && ok;
+  client->close();
+  if (server) server->close();
+  listener->close();
+
+  const std::vector<std::string> expected{
+      "CM client: RDMA_CM_EVENT_ADDR_RESOLVED",    "CM client: RDMA_CM_EVENT_ROUTE_RESOLVED",
+      "CM listener: RDMA_CM_EVENT_CONNECT_REQUEST", "CM client: RDMA_CM_EVENT_ESTABLISHED",
+      "CM server id: RDMA_CM_EVENT_ESTABLISHED",   "CM client: RDMA_CM_EVENT_DISCONNECTED",
+      "CM server id: RDMA_CM_EVENT_DISCONNECTED",  "CM client: RDMA_CM_EVENT_TIMEWAIT_EXIT",
+      "CM server id: RDMA_CM_EVENT_TIMEWAIT_EXIT"};
+  std::vector<std::string> heard = table.cm_rows(), wanted = expected;
+  std::sort(heard.begin(), heard.end());
+  std::sort(wanted.begin(), wanted.end());
+  if (heard != wanted) {
+    std::printf("  UNEXPECTED CM events:");
+    for (const auto& row : table.cm_rows()) std::printf(" [%s]", row.c_str());
+    std::printf("\n");
+    ok = false;
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,7 +339,8 @@ int main(int argc, char** argv) {
   expect(IBV_EVENT_PORT_ERR, "device listener");
   shell("ip link set " + netdev + " up");
   expect(IBV_EVENT_PORT_ACTIVE, "device listener");
-  shell("ip -6 addr add fd00::d:1/64 dev " + netdev + " nodad");
+  const std::string cm_address = "fd00::d:1";  // also where the CM connects, later
+  shell("ip -6 addr add " + cm_address + "/64 dev " + netdev + " nodad");
   expect(IBV_EVENT_GID_CHANGE, "device listener");
 
   std::printf("  CQ overflow: 4 signaled sends on QP c, whose send CQ holds 1\n");
@@ -351,13 +441,19 @@ int main(int argc, char** argv) {
   std::printf("  traffic on the re-added device: %d completions (%s)\n", completions.load(),
               resumed ? "resumed" : "MISSING");
   ok = resumed && ok;
+
+  std::printf("\nA connection through the RDMA connection manager on %s (%s), each id\n"
+              "with its handler from creation; the listener's new id reports to its\n"
+              "handler, as in the kernel.\n",
+              device_name.c_str(), cm_address.c_str());
+  ok = connect_through_the_cm(dispatcher, device_name, cm_address, table) && ok;
   client.release();
   dispatcher.stop();
   connection.reset();
 
   table.print();
   ok = table.only(expected) && ok;
-  std::printf("\n%s: %zu event types, each heard by the handler it names only.\n",
+  std::printf("\n%s: %zu event types and the CM's, each heard by the handler it names only.\n",
               ok ? "OK" : "FAILED", expected.size());
   // Objects go before the device; the device before the dispatcher.
   return ok ? 0 : 1;

@@ -1,9 +1,13 @@
 #include "tests/softroce/cm_fixture.h"
 
-#include <boost/test/unit_test.hpp>
+#include <arpa/inet.h>
+
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <stdexcept>
 #include <system_error>
+#include <thread>
 
 #include "tests/softroce/rdma_fixture.h"
 
@@ -13,6 +17,33 @@ using namespace std::chrono_literals;
 
 std::string cm_host() { return env_or("IBEV_TEST_ADDRESS", "fd00::1"); }
 std::string cm_host2() { return env_or("IBEV_TEST_ADDRESS2", "fd00::2"); }
+
+void give_netdev_its_address() {
+  run_command("ip -6 addr replace " + cm_host() + "/64 dev " + test_netdev() + " nodad");
+  // The GID table lists the address fully written out: fd00:0000:...:0001.
+  in6_addr address{};
+  if (inet_pton(AF_INET6, cm_host().c_str(), &address) != 1) {
+    throw std::runtime_error("not an IPv6 address: " + cm_host());
+  }
+  char expected[40];
+  std::snprintf(expected, sizeof expected,
+                "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x",
+                address.s6_addr[0], address.s6_addr[1], address.s6_addr[2], address.s6_addr[3],
+                address.s6_addr[4], address.s6_addr[5], address.s6_addr[6], address.s6_addr[7],
+                address.s6_addr[8], address.s6_addr[9], address.s6_addr[10], address.s6_addr[11],
+                address.s6_addr[12], address.s6_addr[13], address.s6_addr[14],
+                address.s6_addr[15]);
+  const std::string gids = "/sys/class/infiniband/" + test_device() + "/ports/1/gids/";
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    for (int index = 0; index < 16; ++index) {
+      std::ifstream gid(gids + std::to_string(index));
+      std::string text;
+      if (std::getline(gid, text) && text == expected) return;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  throw std::runtime_error("no GID " + std::string(expected) + " on " + test_device() + " in 5 s");
+}
 
 std::string said(const CmEvent& event) {
   std::string name = event.name();
@@ -136,6 +167,7 @@ void Server::heard(const CmEvent& event) {
   if (event.id == listener_.get()) {
     log_.add("listener: " + said(event));
     if (event.code == RDMA_CM_EVENT_CONNECT_REQUEST) request(event);
+    if (event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) event.id->close();
     return;
   }
   std::string name = "unknown";
@@ -148,10 +180,15 @@ void Server::heard(const CmEvent& event) {
   log_.add(name + ": " + said(event));
   // The peer's DREQ waits for this side's DREP: rdma_disconnect sends it.
   if (event.code == RDMA_CM_EVENT_DISCONNECTED) event.id->disconnect();
+  // The device is going: let it go (its QP goes with the device).
+  if (event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) event.id->close();
 }
 
 void Server::request(const CmEvent& event) {
-  BOOST_REQUIRE(event.new_id != nullptr);
+  if (event.new_id == nullptr) {
+    log_.add("listener: CONNECT_REQUEST without a new id");
+    return;
+  }
   if (policy_ == Policy::kReject) {
     event.new_id->reject({'b', 'u', 's', 'y'});
     return;  // dropping the new id here destroys it inside the handler
@@ -162,7 +199,9 @@ void Server::request(const CmEvent& event) {
                               : std::to_string(static_cast<int>(event.private_data[0])));
   ++arrivals_;
   child.id = event.new_id;
-  BOOST_TEST(child.id->device_name() == env_.device->name());
+  if (child.id->device_name() != env_.device->name()) {
+    log_.add(child.name + ": on the wrong device, " + child.id->device_name());
+  }
   child.messenger = std::make_unique<Messenger>(env_);
   try {
     child.messenger->start(*child.id);
@@ -190,13 +229,17 @@ Client::Client(Env& env, const std::shared_ptr<CmEventChannel>& channel, Lines& 
     }
     log.add(name + ": " + said(event));
     if (event.code == RDMA_CM_EVENT_ADDR_RESOLVED) {
-      BOOST_TEST(event.id->device_name() == env.device->name());
+      if (event.id->device_name() != env.device->name()) {
+        log.add(name + ": on the wrong device, " + event.id->device_name());
+      }
       event.id->resolve_route(2000ms);
     } else if (event.code == RDMA_CM_EVENT_ROUTE_RESOLVED) {
       messenger.start(*event.id);
       event.id->connect(messenger.endpoint.qp, options);
     } else if (event.code == RDMA_CM_EVENT_DISCONNECTED) {
       event.id->disconnect();  // the DREP, if the server disconnected
+    } else if (event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+      event.id->close();
     }
   });
   const CmAddress from = source.empty() ? CmAddress{} : CmAddress::parse(source, 0);

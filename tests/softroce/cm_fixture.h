@@ -2,7 +2,9 @@
 // them with ibev: an Endpoint (CQ, QP, registered buffer) on the id's
 // device, text messages over it, a Server whose listener accepts or rejects,
 // and a Client that resolves, connects and answers a disconnect. Each names
-// the events it hears in a Lines log ("client: ESTABLISHED").
+// the events it hears in a Lines log ("client: ESTABLISHED"), and what went
+// wrong in its handlers too ("client: on the wrong device, rxe1"): Boost.Test
+// asserts only on the test's own thread.
 #ifndef IBEV_TESTS_SOFTROCE_CM_FIXTURE_H_
 #define IBEV_TESTS_SOFTROCE_CM_FIXTURE_H_
 
@@ -23,6 +25,11 @@ namespace ibev::testing {
 // (softroce_run.sh gives them).
 std::string cm_host();
 std::string cm_host2();
+
+// Gives the test netdev cm_host() (softroce_run.sh leaves a lone device's
+// d0 without it) and waits until the device's GID table has it, so that
+// rdma_cm finds the device by that address. Throws when it never comes.
+void give_netdev_its_address();
 
 // "ESTABLISHED", "REJECTED 28": what a log line says of an event.
 std::string said(const CmEvent& event);
@@ -62,15 +69,15 @@ struct Messenger {
   void send(const std::string& text);
 
   static constexpr std::size_t kSlot = 64;
+  Lines log;  // before the endpoint: its CQ's handler writes here until it goes
   Endpoint endpoint;
-  Lines log;
 };
 
 // A listener on `host` whose handler accepts (or rejects, with private data
 // "busy") each request with a Messenger of its own, names each new id
-// "child<N>" (N from the request's private data, else the arrival order)
-// and answers DISCONNECTED with disconnect(); the listener's own lines are
-// "listener: ...".
+// "child<N>" (N from the request's private data, else the arrival order),
+// answers DISCONNECTED with disconnect() and DEVICE_REMOVAL with close();
+// the listener's own lines are "listener: ...".
 class Server {
  public:
   enum class Policy { kAccept, kReject };
@@ -103,8 +110,9 @@ class Server {
 };
 
 // An id that resolves `host`:`port` (from `source`, if given), then the
-// route, then connects its Messenger's QP (with `private_data`), and
-// answers DISCONNECTED with disconnect(); `name: EVENT` lines to `log`.
+// route, then connects its Messenger's QP (with `private_data`), answers
+// DISCONNECTED with disconnect() and DEVICE_REMOVAL with close(); `name:
+// EVENT` lines to `log`.
 struct Client {
   Client(Env& env, const std::shared_ptr<CmEventChannel>& channel, Lines& log,
          std::string client_name, std::uint16_t port,

@@ -33,6 +33,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Once, before the first case: d0's address, for rdma_cm.
+struct Address {
+  Address() { give_netdev_its_address(); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(Address);
+
 struct Who {
   const char* name;
   friend std::ostream& operator<<(std::ostream& out, const Who& who) { return out << who.name; }
@@ -73,7 +79,8 @@ BOOST_DATA_TEST_CASE(connect_exchange_and_disconnect_from_either_side, bdata::ma
   BOOST_TEST(joined(log.starting_with("child0: ")) == "ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
              log.text());
   BOOST_TEST(joined(log.starting_with("listener: ")) == "CONNECT_REQUEST", log.text());
-  BOOST_TEST(log.count("unknown: ") == 0u);
+  BOOST_TEST(log.text().find("wrong device") == std::string::npos, log.text());
+  BOOST_TEST(log.starting_with("unknown: ").empty(), log.text());
   BOOST_TEST(channel->stats().unrouted == 0u);
   BOOST_TEST(env.errors().empty(), env.failures.summary());
 }
@@ -109,7 +116,8 @@ BOOST_AUTO_TEST_CASE(each_new_id_of_a_listener_hears_its_own_events) {
                log.text());
   }
   BOOST_TEST(log.count("listener: CONNECT_REQUEST") == static_cast<std::size_t>(kClients));
-  BOOST_TEST(log.count("unknown: ESTABLISHED") == 0u, log.text());
+  BOOST_TEST(log.starting_with("unknown: ").empty(), log.text());
+  BOOST_TEST(log.text().find("wrong device") == std::string::npos, log.text());
   BOOST_TEST(channel->stats().connect_requests == static_cast<std::uint64_t>(kClients));
   BOOST_TEST(env.errors().empty(), env.failures.summary());
 }
@@ -288,7 +296,7 @@ BOOST_AUTO_TEST_CASE(rping_connects_to_an_ibev_server_and_its_pings_come_back) {
     }
     switch (wc.opcode) {
       case IBV_WC_RECV:
-        BOOST_TEST(wc.byte_len == sizeof(RpingInfo));
+        if (wc.byte_len != sizeof(RpingInfo)) log.add("error: a message of " + std::to_string(wc.byte_len) + " bytes");
         remote = take_info(endpoint);
         endpoint.post_recv(kRecvInfo, sizeof(RpingInfo), 1);
         if (phase == Phase::kReadAdvert) {
@@ -349,7 +357,7 @@ BOOST_AUTO_TEST_CASE(rping_connects_to_an_ibev_server_and_its_pings_come_back) {
   }
   BOOST_TEST(text.find("data mismatch") == std::string::npos, text);
   BOOST_TEST(log.wait_count("DISCONNECTED", 1, 20s), log.text());
-  BOOST_TEST(log.count("error") == 0u, log.text());
+  BOOST_TEST(log.starting_with("error").empty(), log.text());
   BOOST_TEST(env.errors().empty(), env.failures.summary());
   child.reset();
   listener.reset();
@@ -385,7 +393,7 @@ BOOST_AUTO_TEST_CASE(an_ibev_client_pings_an_rping_server) {
       return;
     }
     if (wc.opcode != IBV_WC_RECV) return;
-    BOOST_TEST(wc.byte_len == sizeof(RpingInfo));
+    if (wc.byte_len != sizeof(RpingInfo)) log.add("error: a message of " + std::to_string(wc.byte_len) + " bytes");
     endpoint.post_recv(kRecvInfo, sizeof(RpingInfo), 2);
     if (advertised_start) {  // the server read it: advertise where to write
       advertised_start = false;
@@ -463,7 +471,7 @@ BOOST_AUTO_TEST_CASE(an_ibev_client_pings_an_rping_server) {
     const std::string ping_line = "server ping data: " + rping_text(n).substr(0, kPingSize - 1);
     BOOST_TEST(text.find(ping_line) != std::string::npos, "missing: " << ping_line << "\n" << text);
   }
-  BOOST_TEST(log.count("error") == 0u, log.text());
+  BOOST_TEST(log.starting_with("error").empty(), log.text());
   BOOST_TEST(env.errors().empty(), env.failures.summary());
   id.reset();
 }

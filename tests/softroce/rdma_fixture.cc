@@ -4,11 +4,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <system_error>
@@ -40,14 +38,6 @@ void modify(ibv_qp* qp, ibv_qp_attr& attr, int mask, const char* step) {
 std::string env_or(const char* name, const char* fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? value : fallback;
-}
-
-bool kernel_at_least(int major, int minor) {
-  utsname name{};
-  ::uname(&name);
-  int running_major = 0, running_minor = 0;
-  std::sscanf(name.release, "%d.%d", &running_major, &running_minor);
-  return running_major > major || (running_major == major && running_minor >= minor);
 }
 
 void run_command(const std::string& command) {

@@ -27,10 +27,6 @@ inline std::string test_netdev() { return env_or("IBEV_TEST_NETDEV", "d0"); }
 inline std::string test_device2() { return env_or("IBEV_TEST_DEVICE2", "rxe1"); }
 inline std::string test_netdev2() { return env_or("IBEV_TEST_NETDEV2", "v1"); }
 
-// Whether the running kernel is `major`.`minor` or newer (uname): rxe's
-// behaviour differs between the kernels the suite runs on.
-bool kernel_at_least(int major, int minor);
-
 // Runs `command` through /bin/sh; throws std::runtime_error with its exit
 // status when it fails.
 void run_command(const std::string& command);

@@ -4,8 +4,7 @@ namespace ibev {
 
 std::string describe_cm_event_code(int code) {
   const CmEventTypeInfo* info = find_cm_event_type(code);
-  return info != nullptr ? std::string(info->enumerator)
-                         : "CM event code " + std::to_string(code);
+  return info != nullptr ? std::string(info->enumerator) : "CM event code " + std::to_string(code);
 }
 
 std::string_view to_string(CmScope scope) noexcept {

@@ -52,8 +52,8 @@ struct CmEventTypeInfo {
 };
 
 inline constexpr std::array<CmEventTypeInfo, 16> kCmEventTypes{{
-    {RDMA_CM_EVENT_ADDR_RESOLVED, "RDMA_CM_EVENT_ADDR_RESOLVED", CmScope::kId,
-     CmPayload::kNothing, Severity::kInformational},
+    {RDMA_CM_EVENT_ADDR_RESOLVED, "RDMA_CM_EVENT_ADDR_RESOLVED", CmScope::kId, CmPayload::kNothing,
+     Severity::kInformational},
     {RDMA_CM_EVENT_ADDR_ERROR, "RDMA_CM_EVENT_ADDR_ERROR", CmScope::kId, CmPayload::kStatus,
      Severity::kError},
     {RDMA_CM_EVENT_ROUTE_RESOLVED, "RDMA_CM_EVENT_ROUTE_RESOLVED", CmScope::kId,
@@ -64,26 +64,26 @@ inline constexpr std::array<CmEventTypeInfo, 16> kCmEventTypes{{
      CmPayload::kConnection, Severity::kInformational},
     {RDMA_CM_EVENT_CONNECT_RESPONSE, "RDMA_CM_EVENT_CONNECT_RESPONSE", CmScope::kId,
      CmPayload::kConnection, Severity::kInformational},
-    {RDMA_CM_EVENT_CONNECT_ERROR, "RDMA_CM_EVENT_CONNECT_ERROR", CmScope::kId,
-     CmPayload::kStatus, Severity::kError},
+    {RDMA_CM_EVENT_CONNECT_ERROR, "RDMA_CM_EVENT_CONNECT_ERROR", CmScope::kId, CmPayload::kStatus,
+     Severity::kError},
     {RDMA_CM_EVENT_UNREACHABLE, "RDMA_CM_EVENT_UNREACHABLE", CmScope::kId, CmPayload::kStatus,
      Severity::kError},
     {RDMA_CM_EVENT_REJECTED, "RDMA_CM_EVENT_REJECTED", CmScope::kId, CmPayload::kRejection,
      Severity::kError},
-    {RDMA_CM_EVENT_ESTABLISHED, "RDMA_CM_EVENT_ESTABLISHED", CmScope::kId,
-     CmPayload::kConnection, Severity::kInformational},
-    {RDMA_CM_EVENT_DISCONNECTED, "RDMA_CM_EVENT_DISCONNECTED", CmScope::kId,
-     CmPayload::kNothing, Severity::kInformational},
+    {RDMA_CM_EVENT_ESTABLISHED, "RDMA_CM_EVENT_ESTABLISHED", CmScope::kId, CmPayload::kConnection,
+     Severity::kInformational},
+    {RDMA_CM_EVENT_DISCONNECTED, "RDMA_CM_EVENT_DISCONNECTED", CmScope::kId, CmPayload::kNothing,
+     Severity::kInformational},
     {RDMA_CM_EVENT_DEVICE_REMOVAL, "RDMA_CM_EVENT_DEVICE_REMOVAL", CmScope::kDevice,
      CmPayload::kNothing, Severity::kFatal},
     {RDMA_CM_EVENT_MULTICAST_JOIN, "RDMA_CM_EVENT_MULTICAST_JOIN", CmScope::kId,
      CmPayload::kDatagram, Severity::kInformational},
     {RDMA_CM_EVENT_MULTICAST_ERROR, "RDMA_CM_EVENT_MULTICAST_ERROR", CmScope::kId,
      CmPayload::kStatus, Severity::kError},
-    {RDMA_CM_EVENT_ADDR_CHANGE, "RDMA_CM_EVENT_ADDR_CHANGE", CmScope::kAddress,
-     CmPayload::kNothing, Severity::kInformational},
-    {RDMA_CM_EVENT_TIMEWAIT_EXIT, "RDMA_CM_EVENT_TIMEWAIT_EXIT", CmScope::kId,
-     CmPayload::kNothing, Severity::kInformational},
+    {RDMA_CM_EVENT_ADDR_CHANGE, "RDMA_CM_EVENT_ADDR_CHANGE", CmScope::kAddress, CmPayload::kNothing,
+     Severity::kInformational},
+    {RDMA_CM_EVENT_TIMEWAIT_EXIT, "RDMA_CM_EVENT_TIMEWAIT_EXIT", CmScope::kId, CmPayload::kNothing,
+     Severity::kInformational},
 }};
 
 namespace detail {
@@ -94,8 +94,7 @@ constexpr bool cm_table_is_indexed_by_code() {
   return true;
 }
 }  // namespace detail
-static_assert(detail::cm_table_is_indexed_by_code(),
-              "kCmEventTypes[i] must describe event code i");
+static_assert(detail::cm_table_is_indexed_by_code(), "kCmEventTypes[i] must describe event code i");
 
 // The entry for `code`, or nullptr for a code this build does not know.
 constexpr const CmEventTypeInfo* find_cm_event_type(int code) noexcept {

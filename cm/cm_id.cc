@@ -4,17 +4,18 @@
 // event is acked, and deliver() calls the handler.
 //
 // Locking: a channel's `mutex` guards its table of ids (and the timers of
-// release_removed_devices), and nothing else is done under it. Its `calls` lock is held around rdma_get_cm_event and each
-// CmId's librdmacm call, never across a handler: librdmacm is not safe for
-// two threads in one id at once. An id's own mutex guards its QP and
-// connection state. The dispatching thread holds no lock while a handler
-// runs. The waits: an id's close() waits for its running handler
-// (CallGuard) holding no lock, then destroys the id under `calls`; there
-// rdma_destroy_id waits for the acks of the id's events, which serve()
-// gives without `calls` (it holds that lock only to read), and before it
-// delivers anything. establish() works on the id before the ack without
-// `calls`: until the ack the id cannot be destroyed, and what it calls
-// (rdma_init_qp_attr, rdma_establish) only reads the id.
+// release_removed_devices), and nothing else is done under it. Its `calls`
+// lock is held around rdma_get_cm_event and each CmId's librdmacm call,
+// never across a handler: librdmacm is not safe for two threads in one id at
+// once. An id's own mutex guards its QP and connection state. The
+// dispatching thread holds no lock while a handler runs. The waits: an id's
+// close() waits for its running handler (CallGuard) holding no lock, then
+// destroys the id under `calls`; there rdma_destroy_id waits for the acks of
+// the id's events, which serve() gives without `calls` (it holds that lock
+// only to read), and before it delivers anything. establish() works on the
+// id before the ack without `calls`: until the ack the id cannot be
+// destroyed, and what it calls (rdma_init_qp_attr, rdma_establish) only
+// reads the id.
 #include <ibev/cm/cm_id.h>
 
 #include <arpa/inet.h>
@@ -122,7 +123,7 @@ struct CmIdState {
   // A connecting QP failed on CONNECT_RESPONSE: the REJECTED or DISCONNECTED
   // that may follow are not news to the handler (librdmacm drops them too).
   bool connect_error = false;
-  CmConnection request;  // a new id: what its CONNECT_REQUEST asked for
+  CmConnection request;                     // a new id: what its CONNECT_REQUEST asked for
   std::atomic<bool> device_removed{false};  // it heard DEVICE_REMOVAL
 };
 
@@ -160,7 +161,7 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
 
   rdma_event_channel* const channel;
   const unsigned batch;
-  Registry& registry;  // the Dispatcher's: where failures go
+  Registry& registry;                   // the Dispatcher's: where failures go
   std::weak_ptr<CmEventChannel> owner;  // set once, before serving starts
   CmAtomicStats stats;
 
@@ -208,10 +209,9 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
   if (payload == CmPayload::kConnection || payload == CmPayload::kRejection) {
     const rdma_conn_param& conn = raw.param.conn;
     copy_private_data(conn.private_data, conn.private_data_len, event);
-    event.connection = CmConnection{conn.responder_resources, conn.initiator_depth,
-                                    conn.flow_control,        conn.retry_count,
-                                    conn.rnr_retry_count,     conn.srq != 0,
-                                    conn.qp_num};
+    event.connection = CmConnection{
+        conn.responder_resources, conn.initiator_depth, conn.flow_control, conn.retry_count,
+        conn.rnr_retry_count,     conn.srq != 0,        conn.qp_num};
   } else if (payload == CmPayload::kDatagram) {
     copy_private_data(raw.param.ud.private_data, raw.param.ud.private_data_len, event);
   }
@@ -411,13 +411,12 @@ void require_connectable(rdma_cm_id* id, const QueuePair& qp, const char* call) 
   const std::string qp_device = ibv_get_device_name(raw->context->device);
   const std::string id_device = ibv_get_device_name(id->verbs->device);
   if (qp_device != id_device) {
-    throw std::invalid_argument(std::string(call) + ": the QP is on " + qp_device +
-                                ", the id on " + id_device);
+    throw std::invalid_argument(std::string(call) + ": the QP is on " + qp_device + ", the id on " +
+                                id_device);
   }
 }
 
-rdma_conn_param conn_param(const CmConnectOptions& options, const QueuePair& qp,
-                           const char* call) {
+rdma_conn_param conn_param(const CmConnectOptions& options, const QueuePair& qp, const char* call) {
   if (options.private_data.size() > 255) {
     throw std::invalid_argument(std::string(call) + ": private data of " +
                                 std::to_string(options.private_data.size()) +
@@ -439,15 +438,13 @@ rdma_conn_param conn_param(const CmConnectOptions& options, const QueuePair& qp,
 
 // --- CmEventChannel ---
 
-std::shared_ptr<CmEventChannel> CmEventChannel::create(Dispatcher& dispatcher,
-                                                       Options options) {
+std::shared_ptr<CmEventChannel> CmEventChannel::create(Dispatcher& dispatcher, Options options) {
   if (options.batch == 0) {
     throw std::invalid_argument("CmEventChannel::create: batch must be at least 1");
   }
   rdma_event_channel* raw = rdma_create_event_channel();
   if (raw == nullptr) throw_system_error("rdma_create_event_channel", errno);
-  auto state =
-      std::make_shared<detail::CmChannelState>(raw, options.batch, dispatcher.registry());
+  auto state = std::make_shared<detail::CmChannelState>(raw, options.batch, dispatcher.registry());
   // Served in the loop: rdma_get_cm_event then fails with EAGAIN, never blocks.
   const int flags = ::fcntl(raw->fd, F_GETFL);
   if (flags < 0 || ::fcntl(raw->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
@@ -466,9 +463,9 @@ std::shared_ptr<CmEventChannel> CmEventChannel::create(Dispatcher& dispatcher,
   // when its removal is announced. Without a device monitor (kOff) only
   // closing an id that heard DEVICE_REMOVAL does it.
   try {
-    channel->devices_watched_ = dispatcher.watch_devices(
-        [&dispatcher, weak = std::weak_ptr<detail::CmChannelState>(state)](
-            DeviceChange change, const std::string&) {
+    channel->devices_watched_ =
+        dispatcher.watch_devices([&dispatcher, weak = std::weak_ptr<detail::CmChannelState>(state)](
+                                     DeviceChange change, const std::string&) {
           if (change != DeviceChange::kRemoved) return;
           release_removed_devices();
           auto state = weak.lock();
@@ -502,8 +499,8 @@ CmStats CmEventChannel::stats() const noexcept { return state_->stats.load(); }
 
 // --- CmId ---
 
-std::shared_ptr<CmId> CmId::create(std::shared_ptr<CmEventChannel> channel,
-                                   CmHandler handler, Options options) {
+std::shared_ptr<CmId> CmId::create(std::shared_ptr<CmEventChannel> channel, CmHandler handler,
+                                   Options options) {
   if (channel == nullptr) throw std::invalid_argument("CmId::create: the channel is null");
   if (!handler) throw std::invalid_argument("CmId::create: the handler is empty");
   rdma_cm_id* id = nullptr;

@@ -25,15 +25,16 @@
 // resolved, or on CONNECT_REQUEST), so its async events, completions, drain
 // and device lifecycle are those of every other QP. ibev moves it through
 // the CM's states as librdmacm moves a QP of rdma_create_qp: init_qp() or
-// connect() takes it to INIT; on CONNECT_RESPONSE ibev takes it to RTR and RTS and sends the
-// RTU (rdma_establish), and the handler hears ESTABLISHED (or CONNECT_ERROR
-// with the failing step's errno); accept() takes it to RTS before it
-// replies; REJECTED and disconnect() move it to ERR. Draining and
+// connect() takes it to INIT; on CONNECT_RESPONSE ibev takes it to RTR and
+// RTS and sends the RTU (rdma_establish), and the handler hears ESTABLISHED
+// (or CONNECT_ERROR with the failing step's errno); accept() takes it to RTS
+// before it replies; REJECTED and disconnect() move it to ERR. Draining and
 // destroying it after DISCONNECTED is the application's, as in the kernel.
 //
 // Threads. Handlers run on the dispatching thread unless the id was made
 // with an Executor. An id's calls (connect, accept, ...) may be made from
-// any thread, one at a time per id (its own handler counts as one).
+// any thread, while its events arrive too: a channel's librdmacm calls are
+// made one at a time (librdmacm is not safe otherwise; cm/cm_id.cc).
 //
 // Lifetime. close() (or destruction of the last reference) stops the
 // handler, with the wait rule of core/handle.h, then destroys the id; the
@@ -98,11 +99,11 @@ struct CmConnection {
 
 // One CM event, copied out of the rdma_cm_event before it was acked.
 struct CmEvent {
-  int code = 0;    // rdma_cm_event_type; codes not in kCmEventTypes are kept
+  int code = 0;  // rdma_cm_event_type; codes not in kCmEventTypes are kept
   // 0, or a negative errno (ADDR_ERROR, UNREACHABLE, CONNECT_ERROR, ...), or
   // for REJECTED the CM's reject reason (28: the consumer rejected).
   int status = 0;
-  CmId* id = nullptr;  // who hears it (for CONNECT_REQUEST, the listener)
+  CmId* id = nullptr;            // who hears it (for CONNECT_REQUEST, the listener)
   std::shared_ptr<CmId> new_id;  // CONNECT_REQUEST only: keep it, or it rejects
   std::vector<std::uint8_t> private_data;
   CmConnection connection;  // for the payloads kConnection and kRejection
@@ -184,10 +185,9 @@ class CmId {
 
   // rdma_create_id on `channel`. Throws std::invalid_argument (null channel,
   // empty handler) or std::system_error (rdma_create_id).
-  static std::shared_ptr<CmId> create(std::shared_ptr<CmEventChannel> channel,
-                                      CmHandler handler, Options options);
-  static std::shared_ptr<CmId> create(std::shared_ptr<CmEventChannel> channel,
-                                      CmHandler handler) {
+  static std::shared_ptr<CmId> create(std::shared_ptr<CmEventChannel> channel, CmHandler handler,
+                                      Options options);
+  static std::shared_ptr<CmId> create(std::shared_ptr<CmEventChannel> channel, CmHandler handler) {
     return create(std::move(channel), std::move(handler), Options{});
   }
   ~CmId();
@@ -256,7 +256,7 @@ class CmId {
  private:
   const std::shared_ptr<CmEventChannel> channel_;
   const std::shared_ptr<detail::CmIdState> state_;  // what the channel routes to
-  std::atomic<bool> closing_{false};  // the first close() does it
+  std::atomic<bool> closing_{false};                // the first close() does it
 };
 
 }  // namespace ibev

@@ -31,8 +31,7 @@ void give_netdev_its_address() {
                 address.s6_addr[0], address.s6_addr[1], address.s6_addr[2], address.s6_addr[3],
                 address.s6_addr[4], address.s6_addr[5], address.s6_addr[6], address.s6_addr[7],
                 address.s6_addr[8], address.s6_addr[9], address.s6_addr[10], address.s6_addr[11],
-                address.s6_addr[12], address.s6_addr[13], address.s6_addr[14],
-                address.s6_addr[15]);
+                address.s6_addr[12], address.s6_addr[13], address.s6_addr[14], address.s6_addr[15]);
   const std::string gids = "/sys/class/infiniband/" + test_device() + "/ports/1/gids/";
   for (int attempt = 0; attempt < 500; ++attempt) {
     for (int index = 0; index < 16; ++index) {
@@ -60,9 +59,9 @@ std::string joined(const std::vector<std::string>& lines) {
 
 Endpoint::Endpoint(Env& env, std::size_t bytes)
     : memory(bytes),
-      mr(MemoryRegion::create(env.pd, memory.data(), memory.size(),
-                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                                  IBV_ACCESS_REMOTE_WRITE)),
+      mr(MemoryRegion::create(
+          env.pd, memory.data(), memory.size(),
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)),
       cq(CompletionQueue::create(
           env.device,
           [this](const CompletionBatch& batch) {
@@ -217,9 +216,8 @@ void Server::request(const CmEvent& event) {
 }
 
 Client::Client(Env& env, const std::shared_ptr<CmEventChannel>& channel, Lines& log,
-               std::string client_name, std::uint16_t port,
-               std::vector<std::uint8_t> private_data, const std::string& host,
-               const std::string& source)
+               std::string client_name, std::uint16_t port, std::vector<std::uint8_t> private_data,
+               const std::string& host, const std::string& source)
     : name(std::move(client_name)), messenger(env) {
   CmConnectOptions options;
   options.private_data = std::move(private_data);

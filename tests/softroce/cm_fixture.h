@@ -115,9 +115,8 @@ class Server {
 // EVENT` lines to `log`.
 struct Client {
   Client(Env& env, const std::shared_ptr<CmEventChannel>& channel, Lines& log,
-         std::string client_name, std::uint16_t port,
-         std::vector<std::uint8_t> private_data = {}, const std::string& host = cm_host(),
-         const std::string& source = {});
+         std::string client_name, std::uint16_t port, std::vector<std::uint8_t> private_data = {},
+         const std::string& host = cm_host(), const std::string& source = {});
 
   std::string name;
   Messenger messenger;

@@ -93,9 +93,9 @@ BOOST_AUTO_TEST_CASE(each_new_id_of_a_listener_hears_its_own_events) {
   constexpr int kClients = 8;
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < kClients; ++i) {
-    clients.push_back(std::make_unique<Client>(env, channel, log, "client" + std::to_string(i),
-                                               server.port(),
-                                               std::vector<std::uint8_t>{static_cast<std::uint8_t>(i)}));
+    clients.push_back(
+        std::make_unique<Client>(env, channel, log, "client" + std::to_string(i), server.port(),
+                                 std::vector<std::uint8_t>{static_cast<std::uint8_t>(i)}));
   }
   for (int i = 0; i < kClients; ++i) {
     const std::string n = std::to_string(i);
@@ -162,8 +162,7 @@ BOOST_AUTO_TEST_CASE(connecting_where_nobody_listens_is_an_error_event_not_a_han
   while (ended().empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
   }
-  BOOST_TEST_MESSAGE("connecting to port " << unused_port << " with nobody listening: "
-                                           << ended());
+  BOOST_TEST_MESSAGE("connecting to port " << unused_port << " with nobody listening: " << ended());
   BOOST_TEST(!ended().empty(), log.text());
   BOOST_TEST(log.count("client: ESTABLISHED") == 0u);
 }
@@ -291,12 +290,14 @@ BOOST_AUTO_TEST_CASE(rping_connects_to_an_ibev_server_and_its_pings_come_back) {
   RpingInfo remote{};
   endpoint.on_completion = [&](const ibv_wc& wc) {
     if (wc.status != IBV_WC_SUCCESS) {
-      if (wc.status != IBV_WC_WR_FLUSH_ERR) log.add(std::string("error ") + ibv_wc_status_str(wc.status));
+      if (wc.status != IBV_WC_WR_FLUSH_ERR)
+        log.add(std::string("error ") + ibv_wc_status_str(wc.status));
       return;
     }
     switch (wc.opcode) {
       case IBV_WC_RECV:
-        if (wc.byte_len != sizeof(RpingInfo)) log.add("error: a message of " + std::to_string(wc.byte_len) + " bytes");
+        if (wc.byte_len != sizeof(RpingInfo))
+          log.add("error: a message of " + std::to_string(wc.byte_len) + " bytes");
         remote = take_info(endpoint);
         endpoint.post_recv(kRecvInfo, sizeof(RpingInfo), 1);
         if (phase == Phase::kReadAdvert) {
@@ -370,8 +371,8 @@ BOOST_AUTO_TEST_CASE(an_ibev_client_pings_an_rping_server) {
   constexpr int kPings = 10;
   const std::string port = "7474";
   const std::string output = "/tmp/ibev_rping_server.txt";
-  BlockingCommand rping("timeout 90 rping -s -v -S " + std::to_string(kPingSize) + " -a " + cm_host() +
-                        " -p " + port + " > " + output + " 2>&1");
+  BlockingCommand rping("timeout 90 rping -s -v -S " + std::to_string(kPingSize) + " -a " +
+                        cm_host() + " -p " + port + " > " + output + " 2>&1");
 
   Endpoint endpoint(env);
   int ping = 0;
@@ -389,11 +390,13 @@ BOOST_AUTO_TEST_CASE(an_ibev_client_pings_an_rping_server) {
   };
   endpoint.on_completion = [&](const ibv_wc& wc) {
     if (wc.status != IBV_WC_SUCCESS) {
-      if (wc.status != IBV_WC_WR_FLUSH_ERR) log.add(std::string("error ") + ibv_wc_status_str(wc.status));
+      if (wc.status != IBV_WC_WR_FLUSH_ERR)
+        log.add(std::string("error ") + ibv_wc_status_str(wc.status));
       return;
     }
     if (wc.opcode != IBV_WC_RECV) return;
-    if (wc.byte_len != sizeof(RpingInfo)) log.add("error: a message of " + std::to_string(wc.byte_len) + " bytes");
+    if (wc.byte_len != sizeof(RpingInfo))
+      log.add("error: a message of " + std::to_string(wc.byte_len) + " bytes");
     endpoint.post_recv(kRecvInfo, sizeof(RpingInfo), 2);
     if (advertised_start) {  // the server read it: advertise where to write
       advertised_start = false;

@@ -53,8 +53,8 @@ BOOST_AUTO_TEST_CASE(a_connection_from_rxe0_to_rxe1_carries_messages_both_ways) 
   BOOST_TEST(log.text().find("wrong device") == std::string::npos, log.text());
   BOOST_TEST(client.id->device_name() == test_device());
   BOOST_TEST(server.child("child0")->device_name() == test_device2());
-  BOOST_TEST(client.id->peer_address().to_string() == "[" + cm_host2() + "]:" +
-                                                          std::to_string(server.port()));
+  BOOST_TEST(client.id->peer_address().to_string() ==
+             "[" + cm_host2() + "]:" + std::to_string(server.port()));
 
   Messenger* child = server.messenger("child0");
   BOOST_REQUIRE(child != nullptr);
@@ -81,9 +81,8 @@ BOOST_AUTO_TEST_CASE(the_peers_link_goes_down_mid_traffic_and_the_client_reconne
       EventFilter{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE},
       [&](const Event& event) { heard.add("rxe1 " + describe_event_code(event.code())); });
 
-  auto client = std::make_unique<Client>(client_env, client_channel, log, "client",
-                                         server.port(), std::vector<std::uint8_t>{0},
-                                         cm_host2(), cm_host());
+  auto client = std::make_unique<Client>(client_env, client_channel, log, "client", server.port(),
+                                         std::vector<std::uint8_t>{0}, cm_host2(), cm_host());
   BOOST_REQUIRE_MESSAGE(log.wait_count("client: ESTABLISHED", 1, 20s), log.text());
   BOOST_REQUIRE_MESSAGE(log.wait_count("child0: ESTABLISHED", 1, 20s), log.text());
   Messenger* child = server.messenger("child0");
@@ -116,15 +115,14 @@ BOOST_AUTO_TEST_CASE(the_peers_link_goes_down_mid_traffic_and_the_client_reconne
     ibv_qp_attr attr{};
     ibv_qp_init_attr init{};
     ibv_query_qp(client->messenger.endpoint.qp->get(), &attr, IBV_QP_STATE, &init);
-    BOOST_TEST_MESSAGE(when << ": the client's QP in state " << attr.qp_state
-                            << "; its failed completions: ["
-                            << joined(client->messenger.log.starting_with("error ")) << "] and "
-                            << client->messenger.log.count("flushed") << " flushed; its QP events: ["
-                            << joined(client->messenger.endpoint.qp_events.starting_with(""))
-                            << "]; the server received "
-                            << child->log.starting_with("received").size()
-                            << " messages; ports: [" << joined(heard.starting_with(""))
-                            << "]; CM events: [" << joined(log.starting_with("")) << "]");
+    BOOST_TEST_MESSAGE(
+        when << ": the client's QP in state " << attr.qp_state << "; its failed completions: ["
+             << joined(client->messenger.log.starting_with("error ")) << "] and "
+             << client->messenger.log.count("flushed") << " flushed; its QP events: ["
+             << joined(client->messenger.endpoint.qp_events.starting_with(""))
+             << "]; the server received " << child->log.starting_with("received").size()
+             << " messages; ports: [" << joined(heard.starting_with("")) << "]; CM events: ["
+             << joined(log.starting_with("")) << "]");
   };
   report("15 s into the outage");
   const std::size_t received_in_outage = child->log.starting_with("received").size();
@@ -210,9 +208,8 @@ BOOST_AUTO_TEST_CASE(deleting_the_servers_device_under_a_connection_completes) {
     BOOST_FAIL("rdma link delete did not return within 20 s while the CM used the device:\n"
                << log.text());
   }
-  BOOST_TEST_MESSAGE("rdma link delete " << test_device2() << " returned after "
-                                         << took->count() << " ms; CM events: "
-                                         << joined(log.starting_with("")));
+  BOOST_TEST_MESSAGE("rdma link delete " << test_device2() << " returned after " << took->count()
+                                         << " ms; CM events: " << joined(log.starting_with("")));
   BOOST_TEST(log.count("child0: DEVICE_REMOVAL") == 1u, log.text());
   BOOST_TEST(log.count("listener: DEVICE_REMOVAL") == 1u, log.text());
   BOOST_TEST(log.count("client: DEVICE_REMOVAL") == 0u, "rxe0 stays: " << log.text());

@@ -533,9 +533,18 @@ CmId::Locked CmId::lock_id(const char* verb) const {
 // A handler running now may still use the id (it is waited for, unless this
 // is that handler); the id goes after it, under the call lock.
 void CmId::close() noexcept {
-  if (closing_.exchange(true)) return;
+  if (closing_.exchange(true)) {
+    // Another close() runs. From inside this id's handler, return (that one
+    // waits for this call to end, unless it is this call); from anywhere
+    // else, wait for it to finish and for the handler, as it does.
+    if (state_->guard.running_here()) return;
+    std::unique_lock<std::mutex> lock(close_mutex_);
+    closed_changed_.wait(lock, [this] { return closed_; });
+    lock.unlock();
+    state_->guard.wait_idle();
+    return;
+  }
   rdma_cm_id* id = get();
-  if (id == nullptr) return;
   channel_->state_->remove(id);  // an event read from now on is not routed
   state_->guard.close();
   state_->guard.wait_idle();
@@ -551,8 +560,16 @@ void CmId::close() noexcept {
   }
   if (state_->device_removed) release_removed_devices();
   std::shared_ptr<QueuePair> qp;  // let go outside the lock
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  qp.swap(state_->qp);
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    qp.swap(state_->qp);
+  }
+  qp.reset();
+  {
+    std::lock_guard<std::mutex> lock(close_mutex_);
+    closed_ = true;
+  }
+  closed_changed_.notify_all();
 }
 
 void CmId::resolve_addr(const CmAddress* source, const CmAddress& destination,

@@ -56,6 +56,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -256,7 +257,10 @@ class CmId {
  private:
   const std::shared_ptr<CmEventChannel> channel_;
   const std::shared_ptr<detail::CmIdState> state_;  // what the channel routes to
-  std::atomic<bool> closing_{false};                // the first close() does it
+  std::atomic<bool> closing_{false};  // the first close() does it; others wait
+  std::mutex close_mutex_;
+  std::condition_variable closed_changed_;
+  bool closed_ = false;  // the first close() is done
 };
 
 }  // namespace ibev

@@ -58,6 +58,11 @@ void CallGuard::release_one() noexcept {
   }
 }
 
+bool CallGuard::running_here() const noexcept {
+  const auto& stack = entered_here();
+  return std::find(stack.begin(), stack.end(), this) != stack.end();
+}
+
 void CallGuard::wait_idle() noexcept {
   const auto& stack = entered_here();
   const auto own =

@@ -33,6 +33,8 @@ class CallGuard {
 
   // Blocks until no call is in progress on another thread. Call after close().
   void wait_idle() noexcept;
+  // Whether this thread is inside a call (it entered and has not left).
+  bool running_here() const noexcept;
 
  private:
   void release_one() noexcept;

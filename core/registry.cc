@@ -146,18 +146,22 @@ void require_handler(const char* verb, bool present) {
 
 // The release of one subscription: no new call starts, the subscription
 // leaves its list (`unlink`), and calls in progress on other threads finish.
-Handle subscription_handle(std::shared_ptr<detail::Subscriber> subscriber,
-                           std::function<void()> unlink) {
-  return Handle([subscriber = std::move(subscriber), unlink = std::move(unlink)]() noexcept {
-    subscriber->guard.close();
-    try {
-      unlink();
-    } catch (...) {
-      // Only allocation can fail there. The handler is closed already, so it
-      // will not run; the stale entry goes with the next change of the list.
-    }
-    subscriber->guard.wait_idle();
-  });
+// `unlink` is kept by type, inside the handle's one closure: an object
+// handler is made per QP and CQ, and a std::function in a std::function
+// cost each a second allocation.
+template <typename Unlink>
+Handle subscription_handle(std::shared_ptr<detail::Subscriber> subscriber, Unlink unlink) {
+  return Handle(
+      [subscriber = std::move(subscriber), unlink = std::move(unlink)]() mutable noexcept {
+        subscriber->guard.close();
+        try {
+          unlink();
+        } catch (...) {
+          // Only allocation can fail there. The handler is closed already, so it
+          // will not run; the stale entry goes with the next change of the list.
+        }
+        subscriber->guard.wait_idle();
+      });
 }
 
 }  // namespace

@@ -19,7 +19,6 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -265,6 +264,46 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
   std::chrono::steady_clock::time_point quiet_since_{};
 };
 
+// The CQs watched on one channel, by address. Usually one (every CQ gets a
+// channel of its own unless it shares one): a sorted vector finds a CQ in
+// log n at the cost of one small allocation, where a hash map paid a node
+// and a 13-bucket array per channel (~190 bytes a CQ, measured by
+// softroce_bench's `memory` run). Joining and leaving move the entries after
+// it, which is what a channel shared by thousands of CQs pays at set-up.
+class ChannelCqs {
+ public:
+  using Entry = std::pair<ibv_cq*, std::shared_ptr<CqEntry>>;
+
+  std::size_t size() const noexcept { return entries_.size(); }
+  bool empty() const noexcept { return entries_.empty(); }
+  const std::shared_ptr<CqEntry>& front() const noexcept { return entries_.front().second; }
+  // Null when `cq` is not watched here.
+  std::shared_ptr<CqEntry> find(ibv_cq* cq) const {
+    const auto it = lower_bound(cq);
+    return it != entries_.end() && it->first == cq ? it->second : nullptr;
+  }
+  // False when `cq` is watched here already.
+  bool insert(ibv_cq* cq, std::shared_ptr<CqEntry> entry) {
+    const auto it = lower_bound(cq);
+    if (it != entries_.end() && it->first == cq) return false;
+    entries_.emplace(it, cq, std::move(entry));
+    return true;
+  }
+  void erase(ibv_cq* cq) noexcept {
+    const auto it = lower_bound(cq);
+    if (it != entries_.end() && it->first == cq) entries_.erase(it);
+  }
+
+ private:
+  std::vector<Entry>::const_iterator lower_bound(ibv_cq* cq) const noexcept {
+    return std::lower_bound(
+        entries_.begin(), entries_.end(), cq,
+        [](const Entry& entry, ibv_cq* key) { return std::less<ibv_cq*>{}(entry.first, key); });
+  }
+
+  std::vector<Entry> entries_;
+};
+
 class ChannelSource final : public Source {
  public:
   ChannelSource(Reactor& reactor, ibv_comp_channel* channel, int original_flags)
@@ -273,7 +312,7 @@ class ChannelSource final : public Source {
   // Taken around ibv_get_cq_event and the ack count, and by a release, so
   // that a release sees every event read for its CQ and acks it.
   std::mutex mutex;
-  std::unordered_map<ibv_cq*, std::shared_ptr<CqEntry>> cqs;
+  ChannelCqs cqs;
 
   // A CQ raises one event per arm, and is re-armed only after its event is
   // read: so the channel holds at most one event per watched CQ, and reading
@@ -290,7 +329,7 @@ class ChannelSource final : public Source {
       std::lock_guard<std::mutex> lock(mutex);
       events_to_read = static_cast<unsigned>(std::min<std::size_t>(
           reactor_.options().batch, std::max<std::size_t>(cqs.size(), 1)));
-      if (cqs.size() == 1) only_cq = cqs.begin()->second;
+      if (cqs.size() == 1) only_cq = cqs.front();
     }
     std::uint64_t drained_early = 0;
     if (only_cq && only_cq->guard().try_enter()) {
@@ -328,13 +367,13 @@ class ChannelSource final : public Source {
         return nullptr;
       }
       bump(reactor_.stats().completion_events);
-      auto it = cqs.find(cq);
-      if (it == cqs.end()) {
+      std::shared_ptr<CqEntry> found = cqs.find(cq);
+      if (!found) {
         ibv_ack_cq_events(cq, 1);
         bump(reactor_.stats().cq_ack_calls);
         continue;
       }
-      CqEntry& entry = *it->second;
+      CqEntry& entry = *found;
       bump(entry.stats().events);
       if (++entry.unacked >= entry.options().ack_batch) {
         ibv_ack_cq_events(cq, entry.unacked);
@@ -342,7 +381,7 @@ class ChannelSource final : public Source {
         bump(entry.stats().ack_calls);
         bump(reactor_.stats().cq_ack_calls);
       }
-      return it->second;
+      return found;
     }
   }
 
@@ -402,7 +441,7 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
       reactor->add_locked(source);
     }
     std::lock_guard<std::mutex> channel_lock(source->mutex);
-    if (!source->cqs.emplace(cq, entry).second) {
+    if (!source->cqs.insert(cq, entry)) {
       throw std::invalid_argument("Dispatcher::watch_completions: the CQ is watched already");
     }
   }
@@ -467,7 +506,7 @@ Handle take_completion(Reactor& reactor, ibv_cq* cq, std::uint32_t qp_num, std::
   std::shared_ptr<CqEntry> entry;
   if (source) {
     std::lock_guard<std::mutex> lock(source->mutex);
-    if (auto it = source->cqs.find(cq); it != source->cqs.end()) entry = it->second;
+    entry = source->cqs.find(cq);
   }
   if (!entry) throw std::invalid_argument(verb + ": the CQ is not watched by this Dispatcher");
   return entry->take(qp_num, wr_id, std::move(taken));
@@ -478,8 +517,8 @@ CompletionStats completion_stats(Reactor& reactor, ibv_cq* cq) {
   std::shared_ptr<ChannelSource> source = channel_of(reactor, cq);
   if (!source) return {};
   std::lock_guard<std::mutex> lock(source->mutex);
-  auto it = source->cqs.find(cq);
-  return it == source->cqs.end() ? CompletionStats{} : it->second->stats().load();
+  const std::shared_ptr<CqEntry> entry = source->cqs.find(cq);
+  return entry ? entry->stats().load() : CompletionStats{};
 }
 
 }  // namespace ibev::detail

@@ -160,6 +160,76 @@ BOOST_AUTO_TEST_CASE(each_completion_is_delivered_exactly_once_and_acks_are_batc
 
 // The handler runs before the re-arm: a completion landing while it runs is
 // taken by the same wake-up's drain, with no second event.
+// Several CQs on one completion channel (CompletionQueue::Options::channel,
+// as an application with more CQs than it wants fds does): each CQ's
+// completions reach its own handler and no other's, and closing one CQ
+// leaves the others on the channel served.
+BOOST_AUTO_TEST_CASE(cqs_sharing_a_channel_each_hear_only_their_own) {
+  Link link;
+  auto channel = CompletionChannel::create(link.env.device);
+  constexpr int kCqs = 4;
+  std::array<Completions, kCqs> heard;
+  std::array<std::atomic<int>, kCqs> foreign{};  // batches naming another CQ
+  std::array<ibv_cq*, kCqs> raw{};
+  std::vector<std::shared_ptr<CompletionQueue>> cqs;
+  std::vector<std::shared_ptr<QueuePair>> senders, receivers;
+  for (int i = 0; i < kCqs; ++i) {
+    CompletionQueue::Options options;
+    options.cqe = 256;
+    options.channel = channel;
+    cqs.push_back(CompletionQueue::create(
+        link.env.device,
+        [&, i](const CompletionBatch& batch) {
+          if (batch.cq != raw[i]) ++foreign[i];
+          heard[i].add(batch);
+        },
+        nullptr, options));
+    raw[i] = cqs.back()->get();
+    senders.push_back(link.qp(plain_cq(link.env.device), plain_cq(link.env.device)));
+    receivers.push_back(link.qp(plain_cq(link.env.device), cqs.back()));
+    connect_rc_pair(*senders.back(), *receivers.back());
+  }
+  // Pair i carries 5 * (i + 1) messages, wr_ids from `first`.
+  const auto messages = [](int i) { return 5 * (i + 1); };
+  const auto exchange = [&](int i, std::uint64_t first) {
+    for (int n = 0; n < messages(i); ++n) {
+      post_recv(*receivers[i], *link.mr, link.slot(n), first + n);
+    }
+    for (int n = 0; n < messages(i); ++n) post_send(*senders[i], *link.mr, link.slot(n), n);
+  };
+  for (int i = 0; i < kCqs; ++i) exchange(i, 1000 * i);
+  for (int i = 0; i < kCqs; ++i) BOOST_REQUIRE(heard[i].wait_for(messages(i)));
+  std::this_thread::sleep_for(300ms);  // anything misrouted would land by now
+  for (int i = 0; i < kCqs; ++i) {
+    BOOST_TEST_CONTEXT("CQ " << i) {
+      expect_each_once(heard[i].seen(), 1000 * i, messages(i));
+      BOOST_TEST(foreign[i].load() == 0);
+      BOOST_TEST(cqs[i]->completion_stats().completions == static_cast<std::uint64_t>(messages(i)));
+    }
+  }
+
+  // One CQ leaves the channel (its QP first); the others are still served.
+  receivers[1]->close();
+  cqs[1]->close();
+  for (int i : {0, 2, 3}) exchange(i, 1000 * i + 500);
+  for (int i : {0, 2, 3}) BOOST_REQUIRE(heard[i].wait_for(2 * messages(i)));
+  std::this_thread::sleep_for(300ms);
+  for (int i : {0, 2, 3}) {
+    BOOST_TEST_CONTEXT("CQ " << i) {
+      BOOST_TEST(heard[i].seen().size() == static_cast<std::size_t>(2 * messages(i)));
+      BOOST_TEST(foreign[i].load() == 0);
+    }
+  }
+  BOOST_TEST(heard[1].seen().size() == static_cast<std::size_t>(messages(1)));
+  for (int i = 0; i < kCqs; ++i) BOOST_TEST(heard[i].failed() == 0);
+
+  // The last CQ to leave takes the channel out of the loop: it can go.
+  for (auto& qp : receivers) qp->close();
+  for (auto& cq : cqs) cq->close();
+  channel->close();
+  BOOST_TEST(link.env.errors().empty());
+}
+
 BOOST_AUTO_TEST_CASE(a_completion_landing_while_the_handler_runs_needs_no_new_event) {
   Link link;
   Completions received;

@@ -2,10 +2,15 @@
 // timing. bench/run_benchmarks.sh runs them in one VM session beside perftest
 // and writes docs/benchmarks.md.
 //
-//   softroce_bench latency --mode event|adaptive|raw-poll|raw-event
-//                          [--iters N]
+//   softroce_bench latency --mode event|adaptive|raw-poll|raw-event [--iters N]
 //                          [--budget-us B] [--cpus SERVER,CLIENT]
+//                          [--executor worker] [--samples FILE]
+//   softroce_bench rate --mode event|adaptive [--size BYTES] [--depth D]
+//                       [--signal-every K] [--messages N] [--cpus S,C]
 //   softroce_bench stream --ack-batch K [--messages N]
+//   softroce_bench scale --pairs N [--channels C] [--messages N]
+//   softroce_bench memory --pairs N
+//   softroce_bench fairness --load 0|1 [--rounds N] [--seconds S]
 //   softroce_bench link-down --netdev NAME [--rounds N]
 //   softroce_bench idle --budget-us B [--seconds S]
 //   softroce_bench removal --holder ibev|raw [--rounds N] [--hold-ms M]
@@ -13,13 +18,12 @@
 // latency: a 2-byte RC send ping-pong between two processes (fork), as
 // perftest's ib_send_lat does, each process with its own Dispatcher; the
 // receive CQ's completion handler answers. One-way latency = RTT / 2.
+// rate: a stream of SENDs from one process to another, as perftest's
+// ib_send_bw: the client keeps --depth sends outstanding, one in
+// --signal-every signaled, and posts more from its send CQ's completion
+// handler; the server's receive CQ handler posts the receives back.
+// scale, memory, fairness: bench/load_bench.cc.
 #include <fcntl.h>
-#include <net/if.h>
-#include <sched.h>
-#include <sys/ioctl.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,237 +33,31 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <ibev/verbs/completion_queue.h>
-#include <ibev/verbs/device.h>
+#include <ibev/dispatch/worker_thread.h>
 #include <ibev/verbs/device_clients.h>
-#include <ibev/verbs/protection_domain.h>
-#include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/shared_receive_queue.h>
 
+#include "bench/harness.h"
+#include "bench/load_bench.h"
+
+namespace bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-struct Args {
-  std::string command;
-  std::string mode = "event";
-  std::string device = "rxe0";
-  std::string netdev = "d0";
-  int iters = 10000;
-  int budget_us = 0;
-  unsigned ack_batch = 32;
-  int messages = 20000;
-  int rounds = 20;
-  int seconds = 2;
-  unsigned batch = 16;  // Dispatcher::Options::batch
-  int server_cpu = -1;  // --cpus S,C: where each side of `latency` runs
-  int client_cpu = -1;
-  std::string holder = "ibev";  // removal: who holds the device
-  int hold_ms = 3000;           // removal: how long the raw holder keeps it
-};
-
-Args parse(int argc, char** argv) {
-  Args args;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: softroce_bench latency|stream|link-down|idle [options]\n");
-    std::exit(2);
-  }
-  args.command = argv[1];
-  if (const char* d = std::getenv("IBEV_TEST_DEVICE")) args.device = d;
-  if (const char* n = std::getenv("IBEV_TEST_NETDEV")) args.netdev = n;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--mode") args.mode = value;
-    else if (key == "--device") args.device = value;
-    else if (key == "--netdev") args.netdev = value;
-    else if (key == "--iters") args.iters = std::stoi(value);
-    else if (key == "--budget-us") args.budget_us = std::stoi(value);
-    else if (key == "--ack-batch") args.ack_batch = static_cast<unsigned>(std::stoul(value));
-    else if (key == "--messages") args.messages = std::stoi(value);
-    else if (key == "--rounds") args.rounds = std::stoi(value);
-    else if (key == "--seconds") args.seconds = std::stoi(value);
-    else if (key == "--batch") args.batch = static_cast<unsigned>(std::stoul(value));
-    else if (key == "--holder") args.holder = value;
-    else if (key == "--hold-ms") args.hold_ms = std::stoi(value);
-    else if (key == "--cpus" && value.find(',') != std::string::npos) {
-      args.server_cpu = std::stoi(value.substr(0, value.find(',')));
-      args.client_cpu = std::stoi(value.substr(value.find(',') + 1));
-    }
-    else {
-      std::fprintf(stderr, "softroce_bench: unknown option %s\n", key.c_str());
-      std::exit(2);
-    }
-  }
-  return args;
-}
-
-double cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
-}
-
-// Blocks until `done` or the deadline; false on timeout.
-class Flag {
- public:
-  void set() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    set_ = true;
-    cv_.notify_all();
-  }
-  bool wait(std::chrono::seconds limit) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    return cv_.wait_for(lock, limit, [&] { return set_; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool set_ = false;
-};
-
-void check(int rc, const char* verb) {
-  if (rc != 0) {
-    std::fprintf(stderr, "softroce_bench: %s failed: %s\n", verb, std::strerror(rc));
-    std::exit(3);
-  }
-}
-
-ibev::Dispatcher::Options options_with_batch(unsigned batch) {
-  ibev::Dispatcher::Options options;
-  options.batch = batch;
-  return options;
-}
-
-// One side of a connection: device, PD, an MR, a QP whose receive CQ has the
-// given completion handler (and options), and a plain send CQ.
-struct Side {
-  Side(const Args& args, ibev::CompletionHandler on_receive,
-       ibev::CompletionOptions options)
-      : dispatcher(options_with_batch(args.batch)),
-        device(ibev::Device::open(dispatcher, args.device)),
-        pd(ibev::ProtectionDomain::create(device)),
-        mr(ibev::MemoryRegion::create(pd, buffer.data(), buffer.size(),
-                                      IBV_ACCESS_LOCAL_WRITE)) {
-    ibev::CompletionQueue::Options send_options, recv_options;
-    send_options.cqe = 1024;
-    recv_options.cqe = 1024;
-    recv_options.completion = options;
-    send_cq = ibev::CompletionQueue::create_polled(device, nullptr, send_options);
-    recv_cq = ibev::CompletionQueue::create(device, std::move(on_receive), nullptr,
-                                            recv_options);
-    ibev::QueuePair::Options qp_options;
-    qp_options.send_cq = send_cq;
-    qp_options.recv_cq = recv_cq;
-    qp_options.cap = {512, 512, 1, 1, 64};
-    qp = ibev::QueuePair::create(pd, nullptr, qp_options);
-  }
-
-  // The QP must be past RESET (connected), or ibv_post_recv fails.
-  void post_recv(int count) {
-    for (int i = 0; i < count; ++i) {
-      ibv_sge sge{reinterpret_cast<std::uintptr_t>(buffer.data() + 64), 64, mr->lkey()};
-      ibv_recv_wr wr{};
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      ibv_recv_wr* bad = nullptr;
-      check(ibv_post_recv(qp->get(), &wr, &bad), "ibv_post_recv");
-    }
-  }
-
-  // A 2-byte inline send. As in perftest, one send in kSignalEvery asks for
-  // a completion, which frees the send queue slots before it; that one is
-  // reaped a round later, without waiting.
-  void send() {
-    static constexpr unsigned kSignalEvery = 32;
-    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buffer.data()), 2, mr->lkey()};
-    ibv_send_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_INLINE;
-    const bool signaled = ++sends % kSignalEvery == 0;
-    if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    check(ibv_post_send(qp->get(), &wr, &bad), "ibv_post_send");
-    if (sends % kSignalEvery != kSignalEvery / 2) return;
-    std::array<ibv_wc, 16> wcs;
-    const int n = ibv_poll_cq(send_cq->get(), 16, wcs.data());
-    for (int i = 0; i < n; ++i) {
-      if (wcs[i].status != IBV_WC_SUCCESS) {
-        std::fprintf(stderr, "softroce_bench: send failed: %s\n",
-                     ibv_wc_status_str(wcs[i].status));
-        std::exit(4);
-      }
-    }
-  }
-
-  ibev::Dispatcher dispatcher;
-  std::array<char, 4096> buffer{};
-  std::shared_ptr<ibev::Device> device;
-  std::shared_ptr<ibev::ProtectionDomain> pd;
-  std::shared_ptr<ibev::MemoryRegion> mr;
-  std::shared_ptr<ibev::CompletionQueue> send_cq, recv_cq;
-  std::shared_ptr<ibev::QueuePair> qp;
-  unsigned sends = 0;
-};
-
-void write_all(int fd, const void* data, std::size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n <= 0) std::exit(3);
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-}
-
-void read_all(int fd, void* data, std::size_t size) {
-  char* p = static_cast<char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::read(fd, p, size);
-    if (n <= 0) std::exit(3);
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-}
-
-ibev::CompletionOptions options_for(const Args& args) {
-  ibev::CompletionOptions options;
-  options.ack_batch = args.ack_batch;
-  if (args.mode == "adaptive") {
-    options.mode = ibev::CompletionMode::kAdaptive;
-    options.poll_budget = std::chrono::microseconds(args.budget_us);
-  }
-  return options;
-}
-
 int latency(const Args& args) {
-  int sockets[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) != 0) return 3;
-  const pid_t child = ::fork();
-  const bool server = child == 0;
-  const int peer = sockets[server ? 1 : 0];
-  // Pinned before any thread starts, so the Dispatcher's thread inherits it.
-  if (const int cpu = server ? args.server_cpu : args.client_cpu; cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (::sched_setaffinity(0, sizeof set, &set) != 0) {
-      std::perror("softroce_bench: sched_setaffinity");
-      return 3;
-    }
-  }
+  Peer peer(args);
+  const bool server = peer.server();
+  std::optional<ibev::WorkerThread> worker;
+  if (args.executor == "worker") worker.emplace();
 
   std::vector<double> rtt_us;
   rtt_us.reserve(static_cast<std::size_t>(args.iters));
@@ -295,13 +93,9 @@ int latency(const Args& args) {
     for (std::size_t i = 0; i < batch.size; ++i) on_message();
   };
   Side side(args, raw_poll ? ibev::CompletionHandler{} : ibev::CompletionHandler{on_receive},
-            options_for(args));
+            options_for(args, worker ? worker->executor() : ibev::Executor{}));
   self = &side;
-
-  ibev::RcEndpoint mine = side.qp->endpoint(), theirs{};
-  write_all(peer, &mine, sizeof mine);
-  read_all(peer, &theirs, sizeof theirs);
-  side.qp->connect(theirs);
+  peer.connect(side);
   side.post_recv(256);
   if (raw_event) {
     const int fd = side.recv_cq->get()->channel->fd;
@@ -309,9 +103,7 @@ int latency(const Args& args) {
   } else {
     side.dispatcher.start();
   }
-  char ready = 'r';
-  write_all(peer, &ready, 1);  // both connected: the client may start
-  read_all(peer, &ready, 1);
+  peer.barrier();  // both connected: the client may start
 
   const double cpu_before = cpu_seconds();
   const auto start = Clock::now();
@@ -345,30 +137,102 @@ int latency(const Args& args) {
   side.dispatcher.stop();
 
   if (server) {
-    write_all(peer, &cpu, sizeof cpu);
+    peer.send_value(cpu);
     return 0;
   }
-  double server_cpu = 0;
-  read_all(peer, &server_cpu, sizeof server_cpu);
-  int status = 0;
-  ::waitpid(child, &status, 0);
+  const double server_cpu = peer.receive_value();
+  peer.wait_for_server();
 
   std::vector<double> one_way;
   for (double r : rtt_us) one_way.push_back(r / 2);
-  std::sort(one_way.begin(), one_way.end());
-  double sum = 0;
-  for (double v : one_way) sum += v;
-  const auto at = [&](double q) {
-    return one_way[std::min(one_way.size() - 1, static_cast<std::size_t>(q * one_way.size()))];
-  };
+  const Distribution d(std::move(one_way));
+  if (!args.samples.empty()) d.write(args.samples);
   const auto stats = side.recv_cq->completion_stats();
   std::printf(
-      "latency mode=%s budget_us=%d iters=%zu typical_us=%.2f avg_us=%.2f p99_us=%.2f "
-      "cpu_s=%.3f wall_s=%.3f events=%llu polled=%llu empty_reads=%llu\n",
-      args.mode.c_str(), args.budget_us, one_way.size(), at(0.5), sum / one_way.size(),
-      at(0.99), cpu + server_cpu, wall, static_cast<unsigned long long>(stats.events),
+      "latency mode=%s executor=%s budget_us=%d iters=%zu typical_us=%.2f avg_us=%.2f "
+      "p99_us=%.2f p999_us=%.2f cpu_s=%.3f wall_s=%.3f events=%llu polled=%llu "
+      "empty_reads=%llu\n",
+      args.mode.c_str(), args.executor.empty() ? "dispatcher" : args.executor.c_str(),
+      args.budget_us, d.size(), d.at(0.5), d.mean(), d.at(0.99), d.at(0.999), cpu + server_cpu,
+      wall, static_cast<unsigned long long>(stats.events),
       static_cast<unsigned long long>(stats.polled),
       static_cast<unsigned long long>(side.dispatcher.stats().empty_channel_reads));
+  return 0;
+}
+
+int rate(const Args& args) {
+  Peer peer(args);
+  const bool server = peer.server();
+  const long every = args.signal_every;
+  const long total = (args.messages + every - 1) / every * every;  // the last one signaled
+  Flag finished;
+  Side* self = nullptr;
+  long received = 0;           // server: messages received
+  long sent = 0, signals = 0;  // client: sends posted, signaled ones completed
+  // Keeps --depth sends outstanding: a signaled completion frees its own slot
+  // and the unsignaled ones before it. Runs on the dispatching thread only.
+  const auto post_more = [&] {
+    while (sent < total && sent - signals * every < args.depth) {
+      self->send();
+      ++sent;
+    }
+  };
+  auto on_receive = [&](const ibev::CompletionBatch& batch) {
+    require_success(batch);
+    self->post_recv(static_cast<int>(batch.size));
+    if ((received += static_cast<long>(batch.size)) >= total) finished.set();
+  };
+  auto on_send = [&](const ibev::CompletionBatch& batch) {
+    require_success(batch);
+    signals += static_cast<long>(batch.size);
+    if (signals * every >= total) {
+      finished.set();
+    } else {
+      post_more();
+    }
+  };
+  const auto options = options_for(args);
+  std::optional<Side> side;
+  if (server) {
+    side.emplace(args, on_receive, options);
+  } else {
+    side.emplace(
+        args, [](const ibev::CompletionBatch&) {}, options, on_send);
+  }
+  self = &*side;
+  peer.connect(*side);
+  if (server) side->post_recv(512);  // perftest's default rx depth
+  side->dispatcher.start();
+  peer.barrier();
+
+  const double cpu_before = cpu_seconds();
+  const auto start = Clock::now();
+  if (!server) side->dispatcher.post(post_more);
+  if (!finished.wait(600s)) {
+    std::fprintf(stderr, "softroce_bench: the stream stalled\n");
+    return 4;
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu = cpu_seconds() - cpu_before;
+  side->dispatcher.stop();
+  const auto stats = (server ? side->recv_cq : side->send_cq)->completion_stats();
+  if (server) {
+    peer.send_value(cpu);
+    peer.send_value(static_cast<double>(stats.events));
+    peer.send_value(static_cast<double>(stats.ack_calls));
+    return 0;
+  }
+  const double server_cpu = peer.receive_value();
+  const double events = static_cast<double>(stats.events) + peer.receive_value();
+  const double ack_calls = static_cast<double>(stats.ack_calls) + peer.receive_value();
+  peer.wait_for_server();
+  std::printf(
+      "rate mode=%s size=%d depth=%d signal_every=%d messages=%ld msgs_per_s=%.0f "
+      "cpu_s=%.3f cpu_us_per_msg=%.2f events=%.0f ack_calls=%.0f events_per_ack=%.1f "
+      "wall_s=%.3f\n",
+      args.mode.c_str(), args.size, args.depth, args.signal_every, total, total / wall,
+      cpu + server_cpu, 1e6 * (cpu + server_cpu) / static_cast<double>(total), events, ack_calls,
+      ack_calls > 0 ? events / ack_calls : 0.0, wall);
   return 0;
 }
 
@@ -380,9 +244,9 @@ int stream(const Args& args) {
   auto on_receive = [&](const ibev::CompletionBatch& batch) {
     if ((received += static_cast<int>(batch.size)) >= args.messages) finished.set();
   };
-  Args sender_args = args;
   Side rx(args, on_receive, options_for(args));
-  Side tx(sender_args, [](const ibev::CompletionBatch&) {}, ibev::CompletionOptions{});
+  Side tx(
+      args, [](const ibev::CompletionBatch&) {}, ibev::CompletionOptions{});
   rx.qp->connect(tx.qp->endpoint());
   tx.qp->connect(rx.qp->endpoint());
   rx.post_recv(512);
@@ -408,25 +272,9 @@ int stream(const Args& args) {
       "stream ack_batch=%u messages=%d events=%llu ack_calls=%llu events_per_s=%.0f "
       "completions_per_s=%.0f events_per_ack=%.1f\n",
       args.ack_batch, args.messages, static_cast<unsigned long long>(stats.events),
-      static_cast<unsigned long long>(stats.ack_calls), stats.events / wall,
-      args.messages / wall,
+      static_cast<unsigned long long>(stats.ack_calls), stats.events / wall, args.messages / wall,
       stats.ack_calls ? static_cast<double>(stats.events) / stats.ack_calls : 0.0);
   return 0;
-}
-
-bool set_link(const std::string& netdev, bool up) {
-  const int fd = ::socket(AF_INET6, SOCK_DGRAM, 0);
-  ifreq request{};
-  std::strncpy(request.ifr_name, netdev.c_str(), IFNAMSIZ - 1);
-  bool ok = ::ioctl(fd, SIOCGIFFLAGS, &request) == 0;
-  if (up) {
-    request.ifr_flags = static_cast<short>(request.ifr_flags | IFF_UP);
-  } else {
-    request.ifr_flags = static_cast<short>(request.ifr_flags & ~IFF_UP);
-  }
-  ok = ok && ::ioctl(fd, SIOCSIFFLAGS, &request) == 0;
-  ::close(fd);
-  return ok;
 }
 
 // From the ioctl that takes the netdev down to the PORT_ERR handler's call.
@@ -468,7 +316,8 @@ int link_down(const Args& args) {
 int idle(const Args& args) {
   Args adaptive = args;
   adaptive.mode = "adaptive";
-  Side side(adaptive, [](const ibev::CompletionBatch&) {}, options_for(adaptive));
+  Side side(
+      adaptive, [](const ibev::CompletionBatch&) {}, options_for(adaptive));
   side.dispatcher.start();
   const double before = cpu_seconds();
   std::this_thread::sleep_for(std::chrono::seconds(args.seconds));
@@ -504,8 +353,7 @@ struct RawHolder {
     qp_attr.srq = srq;
     srq_qp = ibv_create_qp(pd, &qp_attr);
     mr = ibv_reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
-    if (!pd || !channel || !cq || !srq || !qp || !srq_qp || !mr ||
-        ibv_req_notify_cq(cq, 0) != 0) {
+    if (!pd || !channel || !cq || !srq || !qp || !srq_qp || !mr || ibv_req_notify_cq(cq, 0) != 0) {
       throw std::runtime_error("making the raw holder's objects failed");
     }
   }
@@ -535,14 +383,16 @@ struct RawHolder {
 struct IbevHolder {
   explicit IbevHolder(const std::shared_ptr<ibev::Device>& device)
       : pd(ibev::ProtectionDomain::create(device)) {
-    cq = ibev::CompletionQueue::create(device, [](const ibev::CompletionBatch&) {},
-                                       [](const ibev::Event&) {});
+    cq = ibev::CompletionQueue::create(
+        device, [](const ibev::CompletionBatch&) {}, [](const ibev::Event&) {});
     srq = ibev::SharedReceiveQueue::create(pd, [](const ibev::Event&) {});
     ibev::QueuePair::Options options;
     options.send_cq = options.recv_cq = cq;
-    qp = ibev::QueuePair::create(pd, [](const ibev::Event&) {}, options);
+    qp = ibev::QueuePair::create(
+        pd, [](const ibev::Event&) {}, options);
     options.srq = srq;
-    srq_qp = ibev::QueuePair::create(pd, [](const ibev::Event&) {}, options);
+    srq_qp = ibev::QueuePair::create(
+        pd, [](const ibev::Event&) {}, options);
     mr = ibev::MemoryRegion::create(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
   }
   std::array<char, 4096> buffer{};
@@ -584,19 +434,19 @@ int removal(const Args& args) {
       std::condition_variable cv;
       std::unique_ptr<IbevHolder> holder;
       bool added = false;
-      ibev::Handle client = clients.register_client(
-          {"bench",
-           [&](const std::shared_ptr<ibev::Device>& device) {
-             auto made = std::make_unique<IbevHolder>(device);
-             std::lock_guard<std::mutex> lock(mutex);
-             holder = std::move(made);
-             added = true;
-             cv.notify_all();
-           },
-           [&](const std::shared_ptr<ibev::Device>&, ibev::DeviceLoss) {
-             std::lock_guard<std::mutex> lock(mutex);
-             holder.reset();
-           }});
+      ibev::Handle client =
+          clients.register_client({"bench",
+                                   [&](const std::shared_ptr<ibev::Device>& device) {
+                                     auto made = std::make_unique<IbevHolder>(device);
+                                     std::lock_guard<std::mutex> lock(mutex);
+                                     holder = std::move(made);
+                                     added = true;
+                                     cv.notify_all();
+                                   },
+                                   [&](const std::shared_ptr<ibev::Device>&, ibev::DeviceLoss) {
+                                     std::lock_guard<std::mutex> lock(mutex);
+                                     holder.reset();
+                                   }});
       dispatcher.start();
       {
         std::unique_lock<std::mutex> lock(mutex);
@@ -615,12 +465,18 @@ int removal(const Args& args) {
 }
 
 }  // namespace
+}  // namespace bench
 
 int main(int argc, char** argv) {
+  using namespace bench;
   const Args args = parse(argc, argv);
   try {
     if (args.command == "latency") return latency(args);
+    if (args.command == "rate") return rate(args);
     if (args.command == "stream") return stream(args);
+    if (args.command == "scale") return scale(args);
+    if (args.command == "memory") return memory(args);
+    if (args.command == "fairness") return fairness(args);
     if (args.command == "link-down") return link_down(args);
     if (args.command == "idle") return idle(args);
     if (args.command == "removal") return removal(args);

@@ -1,0 +1,159 @@
+// What softroce_bench's benchmarks share: their options, one connected side
+// of an RC connection (device, PD, MR, CQs, QP) served by its own
+// Dispatcher, a forked peer for the two-process runs (as perftest's server
+// and client), and the distribution of what was measured.
+//
+// Everything here exits the process on a failed verb (status 3): a
+// benchmark that cannot run prints why and stops; it never reports a figure
+// from a run that went wrong.
+#ifndef IBEV_BENCH_HARNESS_H_
+#define IBEV_BENCH_HARNESS_H_
+
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/queue_pair.h>
+
+#include "bench/cpu_time.h"
+#include <sys/types.h>
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string command;
+  std::string mode = "event";  // event|adaptive|raw-poll|raw-event
+  std::string device = "rxe0";
+  std::string netdev = "d0";
+  std::string executor;  // "", or "worker": completion handlers on a WorkerThread
+  std::string samples;   // latency: write the sorted one-way samples here
+  int iters = 10000;
+  int budget_us = 0;
+  unsigned ack_batch = 32;
+  int messages = 20000;
+  int size = 2;           // bytes a message
+  int depth = 128;        // rate: sends outstanding
+  int signal_every = 32;  // one send in this many asks for a completion
+  // Sends of at most this many bytes go inline. perftest's ib_send_lat and
+  // ib_send_bw report "Max inline data : 0[B]" on rxe, so by default none
+  // does here either: like with like.
+  int inline_bytes = 0;
+  int pairs = 1;     // scale: QP pairs
+  int channels = 0;  // scale: completion channels shared by the CQs; 0: one each
+  int load = 1;      // fairness: 1 with the saturating CQ, 0 without
+  int rounds = 20;
+  int seconds = 2;
+  unsigned batch = 16;  // Dispatcher::Options::batch
+  int server_cpu = -1;  // --cpus S,C: where each side of a two-process run runs
+  int client_cpu = -1;
+  std::string holder = "ibev";  // removal: who holds the device
+  int hold_ms = 3000;           // removal: how long the raw holder keeps it
+};
+
+// Exits with status 2 on an unknown option.
+Args parse(int argc, char** argv);
+
+// Exits with status 3 naming the verb when rc != 0.
+void check(int rc, const char* verb);
+
+// Exits with status 4 naming the status of a work completion that failed.
+void require_success(const ibv_wc& wc);
+void require_success(const ibev::CompletionBatch& batch);
+
+// Takes `netdev` up or down (SIOCSIFFLAGS); false when that failed.
+bool set_link(const std::string& netdev, bool up);
+
+// Blocks until set() or the limit; false on timeout.
+class Flag {
+ public:
+  void set();
+  bool wait(std::chrono::seconds limit);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool set_ = false;
+};
+
+// The completion options a run's --mode, --budget-us, --ack-batch and
+// --executor ask for; `executor` is the WorkerThread's when --executor worker.
+ibev::CompletionOptions options_for(const Args& args, ibev::Executor executor = {});
+
+// One side of an RC connection, with its own Dispatcher (not started). Each
+// CQ has its handler (`on_receive`, `on_send`) in `options`' mode, or is
+// polled by the caller (kPolled) when its handler is empty.
+struct Side {
+  Side(const Args& args, ibev::CompletionHandler on_receive, ibev::CompletionOptions options,
+       ibev::CompletionHandler on_send = {});
+
+  // Posts `count` receives of Args::size bytes (the QP must be past RESET).
+  void post_recv(int count);
+  // One SEND of Args::size bytes, inline up to Args::inline_bytes, one in
+  // Args::signal_every signaled. With a polled send CQ, every signal_every
+  // sends reap what completed, without waiting, which frees the slots.
+  void send();
+
+  const Args args;
+  ibev::Dispatcher dispatcher;
+  std::vector<char> buffer;
+  std::shared_ptr<ibev::Device> device;
+  std::shared_ptr<ibev::ProtectionDomain> pd;
+  std::shared_ptr<ibev::MemoryRegion> mr;
+  std::shared_ptr<ibev::CompletionQueue> send_cq, recv_cq;
+  std::shared_ptr<ibev::QueuePair> qp;
+  std::uint64_t sends = 0;
+};
+
+// The two-process runs: fork() into a server (the child) and a client, each
+// pinned to its --cpus CPU before any thread starts (so the Dispatcher's
+// thread inherits it), talking over a socket pair.
+class Peer {
+ public:
+  explicit Peer(const Args& args);
+  bool server() const noexcept { return child_ == 0; }
+  // Swaps RC endpoints and connects the QP; then both sides are connected.
+  void connect(Side& side);
+  // Each side waits for the other.
+  void barrier();
+  void send_value(double value);
+  double receive_value();
+  // The client reaps the server.
+  void wait_for_server();
+
+ private:
+  void write_all(const void* data, std::size_t size);
+  void read_all(void* data, std::size_t size);
+
+  pid_t child_ = -1;
+  int fd_ = -1;
+};
+
+// What was measured, sorted: quantiles as perftest takes them.
+class Distribution {
+ public:
+  explicit Distribution(std::vector<double> values);
+  bool empty() const noexcept { return values_.empty(); }
+  std::size_t size() const noexcept { return values_.size(); }
+  double at(double quantile) const;  // 0 for an empty one
+  double mean() const;
+  // One value a line, ascending; exits with status 3 when it cannot.
+  void write(const std::string& path) const;
+
+ private:
+  std::vector<double> values_;
+};
+
+}  // namespace bench
+
+#endif  // IBEV_BENCH_HARNESS_H_

@@ -5,6 +5,9 @@
 #include <string>
 
 namespace ibev {
+
+static_assert(sizeof(EventFilter) <= 32, "a filter is kept in every subscription");
+
 namespace {
 
 void require_some(std::size_t count) {
@@ -35,8 +38,11 @@ void EventFilter::add(int code) {
     mask_ |= std::uint64_t{1} << code;
     return;
   }
-  const auto at = std::lower_bound(others_.begin(), others_.end(), code);
-  if (at == others_.end() || *at != code) others_.insert(at, code);
+  auto others = others_ ? std::make_shared<std::vector<int>>(*others_)
+                        : std::make_shared<std::vector<int>>();
+  const auto at = std::lower_bound(others->begin(), others->end(), code);
+  if (at == others->end() || *at != code) others->insert(at, code);
+  others_ = std::move(others);
 }
 
 EventFilter& EventFilter::on_port(int port) {
@@ -54,18 +60,20 @@ bool EventFilter::has_type(int code) const noexcept {
   if (code >= 0 && code < kMaskCodes) {
     return (mask_ & (std::uint64_t{1} << code)) != 0;
   }
-  return std::binary_search(others_.begin(), others_.end(), code);
+  return others_ && std::binary_search(others_->begin(), others_->end(), code);
 }
 
 std::vector<int> EventFilter::types() const {
+  static const std::vector<int> kNone;
+  const std::vector<int>& others = others_ ? *others_ : kNone;
   std::vector<int> codes;
-  for (int code : others_) {
+  for (int code : others) {
     if (code < 0) codes.push_back(code);
   }
   for (int code = 0; code < kMaskCodes; ++code) {
     if ((mask_ & (std::uint64_t{1} << code)) != 0) codes.push_back(code);
   }
-  for (int code : others_) {
+  for (int code : others) {
     if (code >= kMaskCodes) codes.push_back(code);
   }
   return codes;
@@ -73,9 +81,9 @@ std::vector<int> EventFilter::types() const {
 
 bool EventFilter::matches(const Event& event) const noexcept {
   if (!has_type(event.code())) return false;
-  if (!port_) return true;
+  if (port_ == 0) return true;
   const std::optional<int> port = event.port();
-  return !port || *port == *port_;
+  return !port || *port == port_;
 }
 
 }  // namespace ibev

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -51,16 +52,21 @@ class EventFilter {
   bool has_type(int code) const noexcept;
   // The codes named, ascending; empty when all_types().
   std::vector<int> types() const;
-  std::optional<int> port() const noexcept { return port_; }
+  std::optional<int> port() const noexcept {
+    return port_ > 0 ? std::optional<int>(port_) : std::nullopt;
+  }
 
  private:
   void add(int code);
 
+  // 32 bytes: a filter is kept in every subscription, one per QP and CQ.
   static constexpr int kMaskCodes = 64;
   std::uint64_t mask_ = 0;  // bit i: code i, for 0 <= i < kMaskCodes
-  std::vector<int> others_;  // any other code, sorted; empty for rdma-core's
+  // Any other code, sorted; null for rdma-core's (all below kMaskCodes).
+  // Shared, never changed once a filter is copied: add() makes a new one.
+  std::shared_ptr<const std::vector<int>> others_;
+  std::int32_t port_ = 0;  // 0: every port
   bool all_types_ = true;
-  std::optional<int> port_;
 };
 
 }  // namespace ibev

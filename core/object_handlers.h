@@ -42,7 +42,7 @@ class ObjectHandlers {
   static_assert(kShards == 64, "shard_for() takes the top 6 bits of the hash");
 
   Shard& shard_for(const ObjectKey& key) noexcept {
-    const auto bits = reinterpret_cast<std::uintptr_t>(key.address) >> 4;
+    const auto bits = reinterpret_cast<std::uintptr_t>(key.address()) >> 4;
     return shards_[(bits * 0x9E3779B97F4A7C15ull) >> 58];
   }
 

@@ -20,13 +20,39 @@
 
 namespace ibev::detail {
 
-struct ObjectKey {
-  const void* address;
-  ElementKind kind;
-  friend bool operator==(const ObjectKey& a, const ObjectKey& b) {
-    return a.address == b.address && a.kind == b.kind;
+// An object's address and kind in one word. rdma-core's objects hold
+// pointers, so their addresses are 8-aligned and the kind fits in the low
+// three bits (Registry::attach refuses an address that is not): a table
+// entry is then 40 bytes, not 48, and at a million objects the table holds
+// about two entries an object (bench/registry_bench's memory figure).
+class ObjectKey {
+ public:
+  static constexpr std::uintptr_t kKindBits = 7;
+
+  // The empty key: no object.
+  constexpr ObjectKey() noexcept = default;
+  ObjectKey(const void* address, ElementKind kind) noexcept
+      : bits_(reinterpret_cast<std::uintptr_t>(address) | static_cast<std::uintptr_t>(kind)) {}
+
+  // Whether `address` can be a key's (it is 8-aligned and not null).
+  static bool representable(const void* address) noexcept {
+    const auto bits = reinterpret_cast<std::uintptr_t>(address);
+    return bits != 0 && (bits & kKindBits) == 0;
   }
+
+  const void* address() const noexcept {
+    return reinterpret_cast<const void*>(bits_ & ~kKindBits);
+  }
+  ElementKind kind() const noexcept { return static_cast<ElementKind>(bits_ & kKindBits); }
+  bool empty() const noexcept { return bits_ == 0; }
+  std::uintptr_t bits() const noexcept { return bits_; }
+  friend bool operator==(ObjectKey a, ObjectKey b) noexcept { return a.bits_ == b.bits_; }
+
+ private:
+  std::uintptr_t bits_ = 0;
 };
+static_assert(static_cast<std::uintptr_t>(ElementKind::kDevice) <= ObjectKey::kKindBits,
+              "every kind fits in an aligned address's low bits");
 
 template <typename Value>
 class ObjectTable {
@@ -36,19 +62,19 @@ class ObjectTable {
     if (entries_.empty()) return nullptr;
     for (std::size_t i = home(key);; i = next(i)) {
       Entry& e = entries_[i];
-      if (e.key.address == nullptr) return nullptr;
+      if (e.key.empty()) return nullptr;
       if (e.key == key) return &e.value;
     }
   }
 
-  // The value for `key`, default-constructed if absent. `key.address` must
-  // not be null (null marks an empty entry).
+  // The value for `key`, default-constructed if absent. `key` must not be
+  // empty (the empty key marks an empty entry).
   Value& operator[](const ObjectKey& key) {
     if ((size_ + 1) * 4 > entries_.size() * 3) grow();
     for (std::size_t i = home(key);; i = next(i)) {
       Entry& e = entries_[i];
       if (e.key == key) return e.value;
-      if (e.key.address == nullptr) {
+      if (e.key.empty()) {
         e.key = key;
         ++size_;
         return e.value;
@@ -60,14 +86,14 @@ class ObjectTable {
     if (entries_.empty()) return;
     std::size_t hole = home(key);
     while (!(entries_[hole].key == key)) {
-      if (entries_[hole].key.address == nullptr) return;
+      if (entries_[hole].key.empty()) return;
       hole = next(hole);
     }
     // Backward-shift deletion: pull later entries of the probe run into the
     // hole when that does not move them before their home slot.
     for (std::size_t i = next(hole);; i = next(i)) {
       Entry& e = entries_[i];
-      if (e.key.address == nullptr) break;
+      if (e.key.empty()) break;
       const std::size_t want = home(e.key);
       if (distance(want, i) >= distance(hole, i)) {
         entries_[hole] = std::move(e);
@@ -82,15 +108,14 @@ class ObjectTable {
 
  private:
   struct Entry {
-    ObjectKey key{nullptr, ElementKind::kDevice};
+    ObjectKey key;
     Value value{};
   };
 
   // MurmurHash3's finalizer. The registry picks a table by a different hash
   // of the same address, so this one must not correlate with it.
   std::size_t home(const ObjectKey& key) const noexcept {
-    std::uint64_t h = reinterpret_cast<std::uintptr_t>(key.address) ^
-                      static_cast<std::uint64_t>(key.kind);
+    std::uint64_t h = key.bits();
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;
@@ -112,7 +137,7 @@ class ObjectTable {
     entries_ = std::vector<Entry>(capacity);
     size_ = 0;
     for (Entry& e : old) {
-      if (e.key.address != nullptr) (*this)[e.key] = std::move(e.value);
+      if (!e.key.empty()) (*this)[e.key] = std::move(e.value);
     }
   }
 

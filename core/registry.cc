@@ -91,7 +91,7 @@ bool notify(const std::shared_ptr<Subscriber>& subscriber, const Event& event,
   if (!subscriber->filter.matches(event) || subscriber->guard.closed()) return false;
   if (!subscriber->executor) return call(*subscriber, event, registry);
   try {
-    subscriber->executor([subscriber, event,
+    (*subscriber->executor)([subscriber, event,
                           weak = std::weak_ptr<RegistryState>(registry)]() noexcept {
       call(*subscriber, event, weak.lock());
     });
@@ -145,17 +145,18 @@ void require_handler(const char* verb, bool present) {
 }
 
 // The release of one subscription: no new call starts, the subscription
-// leaves its list (`unlink`), and calls in progress on other threads finish.
-// `unlink` is kept by type, inside the handle's one closure: an object
-// handler is made per QP and CQ, and a std::function in a std::function
-// cost each a second allocation.
+// leaves its list (`unlink(subscriber)`), and calls in progress on other
+// threads finish. `unlink` is kept by type inside the handle's one closure,
+// and is given the subscriber rather than keeping a pointer of its own: an
+// object handler is made per QP and CQ, and each such copy was bytes in a
+// closure (bench/registry_bench's memory figure).
 template <typename Unlink>
 Handle subscription_handle(std::shared_ptr<detail::Subscriber> subscriber, Unlink unlink) {
   return Handle(
       [subscriber = std::move(subscriber), unlink = std::move(unlink)]() mutable noexcept {
         subscriber->guard.close();
         try {
-          unlink();
+          unlink(subscriber.get());
         } catch (...) {
           // Only allocation can fail there. The handler is closed already, so it
           // will not run; the stale entry goes with the next change of the list.
@@ -211,6 +212,11 @@ Handle Registry::attach_object(const char* verb, const void* object, ElementKind
   if (object == nullptr) {
     throw std::invalid_argument(std::string(verb) + ": the object is null");
   }
+  if (!ObjectKey::representable(object)) {
+    throw std::invalid_argument(std::string(verb) +
+                                ": the object's address is not 8-aligned, as every rdma-core "
+                                "object's is");
+  }
   require_handler(verb, static_cast<bool>(handler));
   if (filter.port()) {
     throw std::invalid_argument(
@@ -229,11 +235,11 @@ Handle Registry::attach_object(const char* verb, const void* object, ElementKind
   auto subscriber = std::make_shared<detail::Subscriber>(
       std::move(handler), std::move(filter), std::move(executor));
   state_->objects.add(key, subscriber);
-  const detail::Subscriber* raw = subscriber.get();
-  return subscription_handle(
-      std::move(subscriber), [weak = std::weak_ptr<detail::RegistryState>(state_), key, raw] {
-        if (auto state = weak.lock()) state->objects.remove(key, raw);
-      });
+  return subscription_handle(std::move(subscriber),
+                             [weak = std::weak_ptr<detail::RegistryState>(state_),
+                              key](const detail::Subscriber* subscriber) {
+                               if (auto state = weak.lock()) state->objects.remove(key, subscriber);
+                             });
 }
 
 Handle Registry::listen(ibv_context* device, Handler handler) {
@@ -258,7 +264,9 @@ Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler
       std::move(handler), std::move(filter), std::move(executor));
   boost::signals2::connection connection = state_->device(device)->connect(subscriber);
   return subscription_handle(std::move(subscriber),
-                             [connection]() mutable { connection.disconnect(); });
+                             [connection](const detail::Subscriber*) mutable {
+                               connection.disconnect();
+                             });
 }
 
 Handle Registry::on_unclaimed(Handler observer) {
@@ -271,7 +279,9 @@ Handle Registry::on_unclaimed(Handler observer) {
         return detail::notify(subscriber, event, registry);
       });
   return subscription_handle(std::move(subscriber),
-                             [connection]() mutable { connection.disconnect(); });
+                             [connection](const detail::Subscriber*) mutable {
+                               connection.disconnect();
+                             });
 }
 
 Delivery Registry::resolve(const Event& event) const {
@@ -280,11 +290,12 @@ Delivery Registry::resolve(const Event& event) const {
   }
   Delivery delivery(event);
   delivery.device_ = state_->device(event.device());
-  if (is_object(event.element_kind())) {
+  // An address no rdma-core object can have (unaligned) has no handlers.
+  if (is_object(event.element_kind()) && ObjectKey::representable(event.object())) {
     detail::HandlerSet set = state_->objects.find({event.object(), event.element_kind()});
     delivery.only_ = std::move(set.only);
     delivery.several_ = std::move(set.several);
-  } else {
+  } else if (!is_object(event.element_kind())) {
     delivery.listener_epoch_ = delivery.device_->current_epoch();
   }
   return delivery;

@@ -24,11 +24,15 @@ struct RegistryState;
 
 struct Subscriber {
   Subscriber(Handler h, EventFilter f, Executor e)
-      : handler(std::move(h)), filter(std::move(f)), executor(std::move(e)) {}
+      : handler(std::move(h)),
+        filter(std::move(f)),
+        executor(e ? std::make_unique<const Executor>(std::move(e)) : nullptr) {}
   CallGuard guard;  // release waits on it (core/call_guard.h)
   const Handler handler;
   const EventFilter filter;
-  const Executor executor;  // empty: the delivering thread
+  // Null: the delivering thread. Held apart because few subscriptions name
+  // one, and a Subscriber is made per QP and CQ.
+  const std::unique_ptr<const Executor> executor;
   // Device listeners: the listener epoch it was connected in. A listener
   // hears an event only when it was connected before the event was resolved.
   std::uint64_t epoch = 0;

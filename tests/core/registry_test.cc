@@ -539,6 +539,21 @@ BOOST_AUTO_TEST_CASE(null_objects_and_handlers) {
                  "names no device");
 }
 
+// Keys pack an object's kind into its address's low bits (rdma-core objects
+// are 8-aligned): an unaligned address is refused at attach, and an event
+// naming one is nobody's, even where address | kind would spell a neighbour's
+// key (a CQ at qp1 + 1 would read as qp1, a QP).
+BOOST_AUTO_TEST_CASE(unaligned_objects_are_refused_and_never_alias_a_neighbour) {
+  Fixture f;
+  auto* odd_qp = reinterpret_cast<ibv_qp*>(reinterpret_cast<char*>(&f.qp2) + 1);
+  expect_invalid([&] { (void)f.registry.attach(odd_qp, [](const Event&) {}); },
+                 "Registry::attach(ibv_qp*): the object's address is not 8-aligned");
+  auto* alias = reinterpret_cast<ibv_cq*>(reinterpret_cast<char*>(&f.qp1) + 1);
+  f.registry.deliver(f.registry.resolve(Event::synthesize(&f.device_a, IBV_EVENT_CQ_ERR, alias)));
+  BOOST_TEST(f.calls["qp1"] == 0);
+  BOOST_TEST(f.calls["unclaimed"] == 1);
+}
+
 BOOST_AUTO_TEST_CASE(filters_for_the_wrong_kind_of_object) {
   Registry registry;
   ibv_context device{};

@@ -83,7 +83,8 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
   // budget.
   //
   // The turn is bounded: at most `budget` completions, and adaptive polling
-  // at most one poll budget long. A turn that ends on its bound leaves the
+  // at most one poll budget long, and no longer than it takes to see that
+  // another source is ready while the CQ is empty. A turn that ends on its bound leaves the
   // CQ unarmed and deferred, so the reactor serves every other ready source
   // and comes back without sleeping (the kernel's cq.c requeues its poll
   // work the same way). `drained`: completions taken for this event already.
@@ -111,7 +112,10 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
         } else if (empty % 64 == 63) {
           const auto now = std::chrono::steady_clock::now();
           if (now - quiet_since_ >= poll_budget) break;  // quiet: arm and sleep
-          if (now - turn_start >= poll_budget) return yield();
+          // Spinning on an empty CQ while another source is ready would
+          // hold it for up to a poll budget: give way, and spin on next turn
+          // (the quiet clock goes on).
+          if (now - turn_start >= poll_budget || reactor_.work_waiting()) return yield();
         }
       }
     }

@@ -44,8 +44,9 @@ struct CompletionOptions {
   bool solicited_only = false;
   // kAdaptive: after an event, keep polling the CQ until it has been empty
   // for this long, then arm and drain once more before sleeping. A turn of
-  // polling lasts at most this long too (and at most `budget` completions):
-  // then the CQ yields to the other sources and is polled again on the next
+  // polling lasts at most this long too (and at most `budget` completions),
+  // and while the CQ is empty it yields as soon as another source is ready
+  // (looked at every 64 empty polls): it is then polled again on the next
   // turn, still unarmed. 1 us .. 1 s.
   std::chrono::microseconds poll_budget{50};
   // Work completions this CQ may take per turn, like the kernel's

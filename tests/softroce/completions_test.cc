@@ -5,9 +5,11 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/softroce/rdma_fixture.h"
@@ -228,6 +230,41 @@ BOOST_AUTO_TEST_CASE(cqs_sharing_a_channel_each_hear_only_their_own) {
   for (auto& cq : cqs) cq->close();
   channel->close();
   BOOST_TEST(link.env.errors().empty());
+}
+
+// An adaptive CQ spinning on an empty queue (its quiet period is long) gives
+// way to a CQ whose completion is ready, instead of holding the loop for its
+// whole poll budget: the other CQ's handler runs while the first is still in
+// its quiet period, after the first yielded its turn. (Before, the spin
+// yielded only when the poll budget ran out.)
+BOOST_AUTO_TEST_CASE(an_adaptive_cq_spinning_on_nothing_gives_way_to_a_ready_one) {
+  Link link;
+  Completions spinning_heard, ready_heard;
+  auto spinning = link.cq(spinning_heard.handler(), 32, false, 256, 800ms);
+  std::promise<CompletionStats> seen_from_ready;
+  bool first = true;
+  auto ready = link.cq(
+      [&](const CompletionBatch& batch) {
+        if (std::exchange(first, false)) seen_from_ready.set_value(spinning->completion_stats());
+        ready_heard.add(batch);
+      },
+      32);
+  auto a = link.qp(plain_cq(link.env.device), plain_cq(link.env.device));
+  auto b = link.qp(plain_cq(link.env.device), spinning);
+  auto c = link.qp(plain_cq(link.env.device), plain_cq(link.env.device));
+  auto d = link.qp(plain_cq(link.env.device), ready);
+  connect_rc_pair(*a, *b);
+  connect_rc_pair(*c, *d);
+  post_recv(*b, *link.mr, link.slot(0), 1);
+  post_recv(*d, *link.mr, link.slot(1), 2);
+  post_send(*a, *link.mr, link.slot(2), 3);
+  BOOST_REQUIRE(spinning_heard.wait_for(1));  // it now spins for up to 800 ms
+  post_send(*c, *link.mr, link.slot(3), 4);
+  auto future = seen_from_ready.get_future();
+  BOOST_REQUIRE(future.wait_for(20s) == std::future_status::ready);
+  const CompletionStats spinning_stats = future.get();
+  BOOST_TEST(spinning_stats.yields >= 1u, "the spinning CQ held its turn");
+  BOOST_TEST(ready_heard.wait_for(1));
 }
 
 BOOST_AUTO_TEST_CASE(a_completion_landing_while_the_handler_runs_needs_no_new_event) {

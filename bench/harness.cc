@@ -70,6 +70,8 @@ Args parse(int argc, char** argv) {
       args.channels = std::stoi(value);
     else if (key == "--load")
       args.load = std::stoi(value);
+    else if (key == "--turn-budget")
+      args.turn_budget = static_cast<unsigned>(std::stoul(value));
     else if (key == "--rounds")
       args.rounds = std::stoi(value);
     else if (key == "--seconds")
@@ -117,6 +119,17 @@ void require_success(const ibv_wc& wc) {
 
 void require_success(const ibev::CompletionBatch& batch) {
   for (const ibv_wc& wc : batch) require_success(wc);
+}
+
+ibv_context* open_raw_device(const std::string& name) {
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  ibv_context* context = nullptr;
+  for (int i = 0; i < count && context == nullptr; ++i) {
+    if (name == ibv_get_device_name(list[i])) context = ibv_open_device(list[i]);
+  }
+  if (list != nullptr) ibv_free_device_list(list);
+  return context;
 }
 
 bool set_link(const std::string& netdev, bool up) {

@@ -13,8 +13,6 @@
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
-
-#include "bench/cpu_time.h"
 #include <sys/types.h>
 
 #include <array>
@@ -26,6 +24,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "bench/cpu_time.h"
 
 namespace bench {
 
@@ -51,7 +51,10 @@ struct Args {
   int inline_bytes = 0;
   int pairs = 1;     // scale: QP pairs
   int channels = 0;  // scale: completion channels shared by the CQs; 0: one each
-  int load = 1;      // fairness: 1 with the saturating CQ, 0 without
+  // fairness: 0 no saturating CQ, 1 on the same Dispatcher, 2 on its own;
+  // the saturated CQ's CompletionOptions::budget.
+  int load = 1;
+  unsigned turn_budget = 256;
   int rounds = 20;
   int seconds = 2;
   unsigned batch = 16;  // Dispatcher::Options::batch
@@ -70,6 +73,10 @@ void check(int rc, const char* verb);
 // Exits with status 4 naming the status of a work completion that failed.
 void require_success(const ibv_wc& wc);
 void require_success(const ibev::CompletionBatch& batch);
+
+// The device called `name`, opened with raw verbs (no ibev): a holder that
+// knows nothing, or a clock of its own. Null when there is none.
+ibv_context* open_raw_device(const std::string& name);
 
 // Takes `netdev` up or down (SIOCSIFFLAGS); false when that failed.
 bool set_link(const std::string& netdev, bool up);

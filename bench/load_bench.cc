@@ -5,17 +5,21 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace bench {
@@ -105,12 +109,64 @@ void run_or_exit(const std::string& command) {
 
 }  // namespace
 
+namespace {
+
+// The raw baseline's loop: one epoll over the CQs' channels; each event is
+// read, acked, the CQ re-armed and drained into its handler, until `done`.
+// Returns the channel events read.
+std::uint64_t serve_raw(const std::unordered_map<ibv_cq*, ibev::CompletionHandler>& handlers,
+                        const std::function<void()>& begin, const std::function<bool()>& done) {
+  const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll < 0) check(errno, "epoll_create1");
+  std::unordered_map<int, ibv_comp_channel*> channels;
+  for (const auto& [cq, handler] : handlers) {
+    if (!channels.emplace(cq->channel->fd, cq->channel).second) continue;
+    epoll_event interest{};
+    interest.events = EPOLLIN;
+    interest.data.fd = cq->channel->fd;
+    if (::epoll_ctl(epoll, EPOLL_CTL_ADD, cq->channel->fd, &interest) != 0) {
+      check(errno, "epoll_ctl");
+    }
+  }
+  std::uint64_t events = 0;
+  std::array<epoll_event, 64> ready;
+  std::array<ibv_wc, 16> wcs;
+  begin();
+  while (!done()) {
+    const int n = ::epoll_wait(epoll, ready.data(), static_cast<int>(ready.size()), 1000);
+    if (n < 0 && errno != EINTR) check(errno, "epoll_wait");
+    for (int i = 0; i < n; ++i) {
+      ibv_cq* cq = nullptr;
+      void* context = nullptr;
+      // The channels are non-blocking (ibev made them so when it armed them).
+      while (ibv_get_cq_event(channels.at(ready[i].data.fd), &cq, &context) == 0) {
+        ++events;
+        ibv_ack_cq_events(cq, 1);
+        check(ibv_req_notify_cq(cq, 0), "ibv_req_notify_cq");
+        const ibev::CompletionHandler& handler = handlers.at(cq);
+        int got;
+        while ((got = ibv_poll_cq(cq, static_cast<int>(wcs.size()), wcs.data())) > 0) {
+          handler(ibev::CompletionBatch{cq, wcs.data(), static_cast<std::size_t>(got)});
+        }
+      }
+    }
+  }
+  ::close(epoll);
+  return events;
+}
+
+}  // namespace
+
 // N QP pairs over rxe loopback, each QP with a CQ of its own, on a channel of
 // its own (or on one of --channels shared ones). One message is in flight at
 // a time, passed round-robin: pair i's ping, its pong, then pair i+1's ping,
 // so every CQ of the set is used and the epoll set holds them all. The cost
-// is the dispatching thread's CPU per work completion handled.
+// is the dispatching thread's CPU per work completion handled. With --mode
+// raw-event the same objects and handlers are served by no Dispatcher: this
+// thread's own epoll over the channels, then ibv_get_cq_event, ack, re-arm,
+// drain (perftest -e's order), which is what the objects cost without ibev.
 int scale(const Args& args) {
+  const bool raw = args.mode == "raw-event";
   raise_fd_limit();
   const int n = args.pairs;
   const long total = args.messages;  // round trips
@@ -121,7 +177,9 @@ int scale(const Args& args) {
     channels.push_back(ibev::CompletionChannel::create(at.device));
   }
   std::vector<End> pings(static_cast<std::size_t>(n)), pongs(static_cast<std::size_t>(n));
+  std::unordered_map<ibv_cq*, ibev::CompletionHandler> raw_handlers;
   long round_trips = 0;
+  std::uint64_t completions = 0;  // handed to the handlers
   double cpu_start = 0, cpu_end = 0;
   Clock::time_point start, end;
   Flag finished;
@@ -130,70 +188,71 @@ int scale(const Args& args) {
     const auto options_at = [&](int k) {
       ibev::CompletionQueue::Options options;
       options.cqe = 16;
-      options.completion = options_for(args);
+      if (!raw) options.completion = options_for(args);
       if (!channels.empty())
         options.channel = channels[static_cast<std::size_t>(k) % channels.size()];
       return options;
     };
-    pings[i] = make_end(
-        at,
-        [&, i](const ibev::CompletionBatch& batch) {
-          for (const ibv_wc& wc : batch) {
-            require_success(wc);
-            if (wc.opcode != IBV_WC_RECV) continue;
-            post_recv(at, pings[i]);
-            if (++round_trips == total) {
-              cpu_end = cpu_seconds(RUSAGE_THREAD);
-              end = Clock::now();
-              finished.set();
-            } else {
-              send(at, pings[(i + 1) % n], true);
-            }
-          }
-        },
-        options_at(2 * i), 16);
-    pongs[i] = make_end(
-        at,
-        [&, i](const ibev::CompletionBatch& batch) {
-          for (const ibv_wc& wc : batch) {
-            require_success(wc);
-            if (wc.opcode != IBV_WC_RECV) continue;
-            post_recv(at, pongs[i]);
-            send(at, pongs[i], true);
-          }
-        },
-        options_at(2 * i + 1), 16);
+    ibev::CompletionHandler on_ping = [&, i](const ibev::CompletionBatch& batch) {
+      completions += batch.size;
+      for (const ibv_wc& wc : batch) {
+        require_success(wc);
+        if (wc.opcode != IBV_WC_RECV) continue;
+        post_recv(at, pings[i]);
+        if (++round_trips == total) {
+          cpu_end = cpu_seconds(RUSAGE_THREAD);
+          end = Clock::now();
+          finished.set();
+        } else {
+          send(at, pings[(i + 1) % n], true);
+        }
+      }
+    };
+    ibev::CompletionHandler on_pong = [&, i](const ibev::CompletionBatch& batch) {
+      completions += batch.size;
+      for (const ibv_wc& wc : batch) {
+        require_success(wc);
+        if (wc.opcode != IBV_WC_RECV) continue;
+        post_recv(at, pongs[i]);
+        send(at, pongs[i], true);
+      }
+    };
+    pings[i] = make_end(at, on_ping, options_at(2 * i), 16);
+    pongs[i] = make_end(at, on_pong, options_at(2 * i + 1), 16);
+    raw_handlers[pings[i].cq->get()] = std::move(on_ping);
+    raw_handlers[pongs[i].cq->get()] = std::move(on_pong);
     connect(pings[i], pongs[i]);
     post_recv(at, pings[i], 2);
     post_recv(at, pongs[i], 2);
   }
   const double setup_s = std::chrono::duration<double>(Clock::now() - setup_start).count();
-  dispatcher.start();
-  dispatcher.post([&] {
+  std::uint64_t events = 0;
+  const auto begin = [&] {
     cpu_start = cpu_seconds(RUSAGE_THREAD);
     start = Clock::now();
     send(at, pings[0], true);
-  });
-  if (!finished.wait(600s)) {
-    std::fprintf(stderr, "softroce_bench: the round robin stalled\n");
-    return 4;
-  }
-  dispatcher.stop();
-  std::uint64_t completions = 0, events = 0;
-  for (auto* ends : {&pings, &pongs}) {
-    for (const End& e : *ends) {
-      const auto stats = e.cq->completion_stats();
-      completions += stats.completions;
-      events += stats.events;
+  };
+  if (raw) {
+    events = serve_raw(raw_handlers, begin, [&] { return round_trips >= total; });
+  } else {
+    dispatcher.start();
+    dispatcher.post(begin);
+    if (!finished.wait(600s)) {
+      std::fprintf(stderr, "softroce_bench: the round robin stalled\n");
+      return 4;
+    }
+    dispatcher.stop();
+    for (auto* ends : {&pings, &pongs}) {
+      for (const End& e : *ends) events += e.cq->completion_stats().events;
     }
   }
   const double cpu = cpu_end - cpu_start;
   const double wall = std::chrono::duration<double>(end - start).count();
   std::printf(
-      "scale pairs=%d cqs=%d channels=%d round_trips=%ld completions=%llu events=%llu "
+      "scale mode=%s pairs=%d cqs=%d channels=%d round_trips=%ld completions=%llu events=%llu "
       "dispatch_cpu_s=%.3f dispatch_us_per_completion=%.3f wall_us_per_round_trip=%.1f "
       "setup_s=%.2f\n",
-      n, 2 * n, args.channels > 0 ? args.channels : 2 * n, total,
+      raw ? "raw-event" : "ibev", n, 2 * n, args.channels > 0 ? args.channels : 2 * n, total,
       static_cast<unsigned long long>(completions), static_cast<unsigned long long>(events), cpu,
       1e6 * cpu / static_cast<double>(completions), 1e6 * wall / static_cast<double>(total),
       setup_s);
@@ -296,12 +355,7 @@ namespace {
 class ArrivalClock {
  public:
   explicit ArrivalClock(const std::string& name) {
-    int count = 0;
-    ibv_device** list = ibv_get_device_list(&count);
-    for (int i = 0; i < count && context_ == nullptr; ++i) {
-      if (name == ibv_get_device_name(list[i])) context_ = ibv_open_device(list[i]);
-    }
-    ibv_free_device_list(list);
+    context_ = open_raw_device(name);
     if (context_ == nullptr) check(ENODEV, "ibv_open_device");
     const int fd = context_->async_fd;
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -352,7 +406,10 @@ class ArrivalClock {
 // a ping-pong between two other CQs, and the async fd of a second device whose
 // netdev is taken down and up --rounds times. Reported: each port event's
 // delay from its arrival on the async fd (ArrivalClock) to its listener's
-// call, and the ping-pong's one-way latency while the flaps run.
+// call, and the ping-pong's one-way latency while the flaps run. --load 0:
+// no saturating sender; --load 2: the saturated CQ is served by a Dispatcher
+// of its own, so the device and the CPUs are as loaded but the loop is not
+// shared (what the load costs that no dispatcher could save).
 int fairness(const Args& args) {
   const std::string flap_dev = "rxeflap", flap_net = "dflap";
   run_or_exit("ip link add " + flap_net + " type dummy && ip link set " + flap_net +
@@ -360,6 +417,7 @@ int fairness(const Args& args) {
   int status = 0;
   {
     ibev::Dispatcher dispatcher;
+    ibev::Dispatcher apart;  // --load 2: the saturated CQ's
     Loopback at(dispatcher, args.device);
     auto flapped = ibev::Device::open(dispatcher, flap_dev);
     ArrivalClock arrivals(flap_dev);
@@ -381,6 +439,8 @@ int fairness(const Args& args) {
     ibev::CompletionQueue::Options busy_options;
     busy_options.cqe = 1024;
     busy_options.completion = options_for(args);
+    busy_options.completion.budget = args.turn_budget;
+    if (args.load == 2) busy_options.dispatcher = &apart;
     busy = make_end(
         at,
         [&](const ibev::CompletionBatch& batch) {
@@ -436,6 +496,7 @@ int fairness(const Args& args) {
     post_recv(at, pong, 4);
 
     dispatcher.start();
+    apart.start();
     std::atomic<bool> sending{args.load != 0};
     long sent = 0;
     std::thread traffic([&] {
@@ -489,6 +550,7 @@ int fairness(const Args& args) {
     traffic.join();
     std::this_thread::sleep_for(100ms);  // what was in flight lands
     dispatcher.stop();
+    apart.stop();
 
     std::vector<Clock::time_point> arrived = arrivals.arrivals();
     std::vector<double> port_us;
@@ -505,12 +567,12 @@ int fairness(const Args& args) {
     const Distribution port(std::move(port_us)), flap(std::move(flap_to_listener_us)),
         latency(std::move(one_way_us));
     std::printf(
-        "fairness load=%d mode=%s rounds=%d port_events=%zu port_p50_us=%.1f "
+        "fairness load=%d mode=%s turn_budget=%u rounds=%d port_events=%zu port_p50_us=%.1f "
         "port_p99_us=%.1f port_max_us=%.1f flap_to_listener_p50_us=%.1f pingpongs=%zu "
         "pingpong_p50_us=%.1f pingpong_p99_us=%.1f saturating_per_s=%.0f\n",
-        args.load, args.mode.c_str(), args.rounds, port.size(), port.at(0.5), port.at(0.99),
-        port.at(1.0), flap.at(0.5), latency.size(), latency.at(0.5), latency.at(0.99),
-        static_cast<double>(streamed) / window);
+        args.load, args.mode.c_str(), args.turn_budget, args.rounds, port.size(), port.at(0.5),
+        port.at(0.99), port.at(1.0), flap.at(0.5), latency.size(), latency.at(0.5),
+        latency.at(0.99), static_cast<double>(streamed) / window);
   }
   run_or_exit("rdma link delete " + flap_dev + " && ip link del " + flap_net);
   return status;

@@ -24,6 +24,9 @@
 // handler; the server's receive CQ handler posts the receives back.
 // scale, memory, fairness: bench/load_bench.cc.
 #include <fcntl.h>
+#include <ibev/dispatch/worker_thread.h>
+#include <ibev/verbs/device_clients.h>
+#include <ibev/verbs/shared_receive_queue.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,10 +43,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ibev/dispatch/worker_thread.h>
-#include <ibev/verbs/device_clients.h>
-#include <ibev/verbs/shared_receive_queue.h>
 
 #include "bench/harness.h"
 #include "bench/load_bench.h"
@@ -228,11 +227,11 @@ int rate(const Args& args) {
   peer.wait_for_server();
   std::printf(
       "rate mode=%s size=%d depth=%d signal_every=%d messages=%ld msgs_per_s=%.0f "
-      "cpu_s=%.3f cpu_us_per_msg=%.2f events=%.0f ack_calls=%.0f events_per_ack=%.1f "
+      "cpu_s=%.3f cpu_us_per_msg=%.2f events=%.0f ack_calls=%.0f ack_calls_per_event=%.4f "
       "wall_s=%.3f\n",
       args.mode.c_str(), args.size, args.depth, args.signal_every, total, total / wall,
       cpu + server_cpu, 1e6 * (cpu + server_cpu) / static_cast<double>(total), events, ack_calls,
-      ack_calls > 0 ? events / ack_calls : 0.0, wall);
+      events > 0 ? ack_calls / events : 0.0, wall);
   return 0;
 }
 
@@ -331,12 +330,7 @@ int idle(const Args& args) {
 // that does not know its device can vanish, as every process did before.
 struct RawHolder {
   explicit RawHolder(const std::string& name) {
-    int count = 0;
-    ibv_device** list = ibv_get_device_list(&count);
-    for (int i = 0; i < count && context == nullptr; ++i) {
-      if (name == ibv_get_device_name(list[i])) context = ibv_open_device(list[i]);
-    }
-    ibv_free_device_list(list);
+    context = open_raw_device(name);
     if (context == nullptr) throw std::runtime_error("ibv_open_device(" + name + ") failed");
     pd = ibv_alloc_pd(context);
     channel = ibv_create_comp_channel(context);

@@ -61,8 +61,9 @@ perftest_rate() {
   echo "== $label"
   perftest_pair ib_send_bw -n "$messages" "$@" | tee /tmp/cpu.line >/dev/null
   grep -m1 -E 'Max inline data' /tmp/client.out | sed 's/^ */perftest_header /'
-  grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+' /tmp/client.out | tail -n 1 |
-    sed 's/^ */perftest_bw /'
+  # Its columns are separated by tabs and spaces.
+  grep -E '^[[:space:]]*[0-9]+([[:space:]]+[0-9.]+){4}[[:space:]]*$' /tmp/client.out | tail -n 1 |
+    awk '{$1 = $1; print "perftest_bw " $0}'
   cat /tmp/cpu.line
 }
 
@@ -137,6 +138,12 @@ for pairs in 1 64 1024; do
 done
 echo "== scale_shared 1024"
 timeout 600 "$bench" scale --pairs 1024 --channels 8 --messages 8192
+# The same round robin served by no Dispatcher (one thread's epoll, read,
+# ack, re-arm, drain): what the objects themselves cost as they grow.
+for pairs in 1 1024; do
+  echo "== scale_raw $pairs"
+  timeout 600 "$bench" scale --pairs "$pairs" --messages 8192 --mode raw-event
+done
 echo "== memory"
 timeout 300 "$bench" memory --pairs 1024
 
@@ -146,6 +153,16 @@ echo "== fairness_unloaded"
 timeout 600 "$bench" fairness --load 0 --rounds 50
 echo "== fairness_loaded"
 timeout 600 "$bench" fairness --load 1 --mode adaptive --budget-us 2000 --rounds 50
+# The same saturated CQ on a Dispatcher of its own: the device and the CPUs
+# as loaded, but no loop shared with the port events and the ping-pong.
+echo "== fairness_loaded_apart"
+timeout 600 "$bench" fairness --load 2 --mode adaptive --budget-us 2000 --rounds 50
+# The saturated CQ's turn bounded to 16 completions (CompletionOptions::budget).
+echo "== fairness_loaded_budget16"
+timeout 600 "$bench" fairness --load 1 --mode adaptive --budget-us 2000 --rounds 50 \
+  --turn-budget 16
+echo "== fairness_loaded_event_budget16"
+timeout 600 "$bench" fairness --load 1 --mode event --rounds 50 --turn-budget 16
 
 echo "== ibev_idle"
 timeout 60 "$bench" idle --budget-us 2000 --seconds 3

@@ -118,9 +118,10 @@ class Registry {
 
   // An object's handler, as the event_handler of ib_create_cq/qp/srq/wq.
   // `filter` may narrow to some of the object's event types (no port).
-  // Throws std::invalid_argument for a null object, one not 8-aligned (no
-  // rdma-core object is; core/object_table.h keeps the kind in those bits),
-  // an empty handler, or a filter naming another kind's events or a port.
+  // Throws std::invalid_argument for a null object, an address that is not
+  // 8-aligned (every rdma-core object's is: core/object_table.h keeps the
+  // kind in those bits), an empty handler, or a filter naming another kind's
+  // events or a port.
   Handle attach(ibv_cq* cq, Handler handler);
   Handle attach(ibv_qp* qp, Handler handler);
   Handle attach(ibv_srq* srq, Handler handler);

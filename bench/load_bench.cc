@@ -50,32 +50,34 @@ struct Loopback {
   std::shared_ptr<ibev::MemoryRegion> mr;
 };
 
-// A QP whose one CQ (send and receive) has `on_completion` (or is polled);
-// both take `on_event` as their async event handler.
+// A QP whose one CQ (send and receive) has `on_completion` (or is polled).
 struct End {
   std::shared_ptr<ibev::CompletionQueue> cq;
   std::shared_ptr<ibev::QueuePair> qp;
 };
 
+// An RC QP with `depth` slots each way on `cq`, `on_event` its event handler.
+std::shared_ptr<ibev::QueuePair> make_qp(Loopback& at,
+                                         const std::shared_ptr<ibev::CompletionQueue>& cq,
+                                         int depth, ibev::Handler on_event = nullptr) {
+  ibev::QueuePair::Options options;
+  options.send_cq = options.recv_cq = cq;
+  options.cap = {static_cast<std::uint32_t>(depth), static_cast<std::uint32_t>(depth), 1, 1,
+                 kMessage};
+  return ibev::QueuePair::create(at.pd, std::move(on_event), options);
+}
+
 End make_end(Loopback& at, ibev::CompletionHandler on_completion,
-             ibev::CompletionQueue::Options options, int depth,
-             const ibev::Handler& on_event = nullptr) {
+             ibev::CompletionQueue::Options options, int depth) {
   End end;
   end.cq = on_completion ? ibev::CompletionQueue::create(at.device, std::move(on_completion),
-                                                         on_event, options)
-                         : ibev::CompletionQueue::create_polled(at.device, on_event, options);
-  ibev::QueuePair::Options qp_options;
-  qp_options.send_cq = qp_options.recv_cq = end.cq;
-  qp_options.cap = {static_cast<std::uint32_t>(depth), static_cast<std::uint32_t>(depth), 1, 1,
-                    kMessage};
-  end.qp = ibev::QueuePair::create(at.pd, on_event, qp_options);
+                                                         nullptr, options)
+                         : ibev::CompletionQueue::create_polled(at.device, nullptr, options);
+  end.qp = make_qp(at, end.cq, depth);
   return end;
 }
 
-void connect(End& a, End& b) {
-  a.qp->connect(b.qp->endpoint());
-  b.qp->connect(a.qp->endpoint());
-}
+void connect(End& a, End& b) { ibev::connect_rc_pair(*a.qp, *b.qp); }
 
 void post_recv(Loopback& at, End& end, int count = 1) {
   for (int i = 0; i < count; ++i) {
@@ -106,10 +108,6 @@ void run_or_exit(const std::string& command) {
     std::exit(3);
   }
 }
-
-}  // namespace
-
-namespace {
 
 // The raw baseline's loop: one epoll over the CQs' channels; each event is
 // read, acked, the CQ re-armed and drained into its handler, until `done`.
@@ -308,12 +306,7 @@ int memory(const Args& args) {
     end.cq = ibev::CompletionQueue::create(
         at.device, [](const ibev::CompletionBatch&) {}, on_event, options);
   };
-  const auto ibev_qp = [&](End& end) {
-    ibev::QueuePair::Options options;
-    options.send_cq = options.recv_cq = end.cq;
-    options.cap = {16, 16, 1, 1, kMessage};
-    end.qp = ibev::QueuePair::create(at.pd, on_event, options);
-  };
+  const auto ibev_qp = [&](End& end) { end.qp = make_qp(at, end.cq, 16, on_event); };
   // Once each first: what is made on first use (rdma-core's and ibev's
   // tables, the Dispatcher's) is not per pair.
   {

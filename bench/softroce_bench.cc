@@ -246,8 +246,7 @@ int stream(const Args& args) {
   Side rx(args, on_receive, options_for(args));
   Side tx(
       args, [](const ibev::CompletionBatch&) {}, ibev::CompletionOptions{});
-  rx.qp->connect(tx.qp->endpoint());
-  tx.qp->connect(rx.qp->endpoint());
+  ibev::connect_rc_pair(*rx.qp, *tx.qp);
   rx.post_recv(512);
   rx.dispatcher.start();
 

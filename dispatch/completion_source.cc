@@ -8,6 +8,12 @@
 // is taken inside the reactor's tables' mutex, never around it, and never
 // while a handler runs. Each CQ's CallGuard is held while it is drained, so
 // a release waits for a drain in progress (unless made from inside it).
+//
+// Memory: most CQs have a channel of their own, so the channel's source and
+// the CQ that brought it in are one allocation (ChannelWithFirstCq), and the
+// channel holds that CQ inline; a CQ joining a shared channel later is an
+// allocation of its own. What a CQ costs is what softroce_bench's `memory`
+// run measures, and what a round robin over 1000s of CQs finds cold.
 #include <sys/epoll.h>
 
 #include <algorithm>
@@ -38,11 +44,15 @@ IBEV_DECLARE_ATOMIC_STATS(AtomicCompletionStats, CompletionStats, IBEV_COMPLETIO
 class ChannelSource;
 
 // One watched CQ.
-class CqEntry : public std::enable_shared_from_this<CqEntry> {
+class CqEntry {
  public:
   CqEntry(Reactor& reactor, ibv_cq* cq, CompletionHandler handler,
           CompletionOptions options)
       : reactor_(reactor), cq_(cq), handler_(std::move(handler)), options_(std::move(options)) {}
+
+  // The shared_ptr that owns it (which may alias a larger allocation), for
+  // the work it hands on (an executor's task, a deferred turn, a release).
+  void adopt(const std::shared_ptr<CqEntry>& self) noexcept { self_ = self; }
 
   ibv_cq* cq() const noexcept { return cq_; }
   const CompletionOptions& options() const noexcept { return options_; }
@@ -158,7 +168,7 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
       return;
     }
     try {
-      options_.executor([self = shared_from_this(), copy = std::vector<ibv_wc>(wcs, wcs + n),
+      options_.executor([self = self_.lock(), copy = std::vector<ibv_wc>(wcs, wcs + n),
                          taken = std::move(taken)]() noexcept {
         if (!self->guard_.try_enter()) return;  // released meanwhile
         if (!copy.empty()) {
@@ -181,12 +191,13 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
     taker->qp_num = qp_num;
     taker->wr_id = wr_id;
     taker->taken = std::move(taken);
+    std::call_once(takers_made_, [this] { takers_ = std::make_unique<Takers>(); });
     {
-      std::lock_guard<std::mutex> lock(takers_mutex_);
-      takers_.push_back(taker);
+      std::lock_guard<std::mutex> lock(takers_->mutex);
+      takers_->waiting.push_back(taker);
       ++takers_armed_;
     }
-    return Handle([weak = weak_from_this(), taker]() noexcept {
+    return Handle([weak = self_, taker]() noexcept {
       if (auto self = weak.lock()) self->forget(*taker);
       taker->guard.close();
       taker->guard.wait_idle();
@@ -200,18 +211,25 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
     std::function<void(const ibv_wc&)> taken;
     CallGuard guard;
   };
+  // Made on first use: few CQs ever have a drain marker, every CQ has an entry.
+  struct Takers {
+    std::mutex mutex;
+    std::vector<std::shared_ptr<Taker>> waiting;
+  };
 
   // Moves the completions a Taker waits for out of `wcs` (each Taker takes
   // one, once); returns how many are left, in their order.
   std::size_t take_ours(ibv_wc* wcs, std::size_t n,
                         std::vector<std::pair<std::shared_ptr<Taker>, ibv_wc>>& taken) noexcept {
-    std::lock_guard<std::mutex> lock(takers_mutex_);
+    // takers_ was made before takers_armed_ first counted one (seen above).
+    std::lock_guard<std::mutex> lock(takers_->mutex);
+    std::vector<std::shared_ptr<Taker>>& waiting = takers_->waiting;
     std::size_t kept = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      auto it = std::find_if(takers_.begin(), takers_.end(), [&](const auto& taker) {
+      auto it = std::find_if(waiting.begin(), waiting.end(), [&](const auto& taker) {
         return taker->qp_num == wcs[i].qp_num && taker->wr_id == wcs[i].wr_id;
       });
-      if (it == takers_.end()) {
+      if (it == waiting.end()) {
         wcs[kept++] = wcs[i];
         continue;
       }
@@ -220,18 +238,20 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
       } catch (const std::bad_alloc&) {
         report(Failure::verb_failed("CqEntry::take_ours", ENOMEM, "a drain marker was lost"));
       }
-      takers_.erase(it);
+      waiting.erase(it);
       --takers_armed_;
     }
     return kept;
   }
 
+  // Only reached through a Handle that take() made: takers_ exists.
   void forget(const Taker& taker) noexcept {
-    std::lock_guard<std::mutex> lock(takers_mutex_);
-    auto it = std::find_if(takers_.begin(), takers_.end(),
+    std::lock_guard<std::mutex> lock(takers_->mutex);
+    std::vector<std::shared_ptr<Taker>>& waiting = takers_->waiting;
+    auto it = std::find_if(waiting.begin(), waiting.end(),
                            [&](const auto& t) { return t.get() == &taker; });
-    if (it == takers_.end()) return;
-    takers_.erase(it);
+    if (it == waiting.end()) return;
+    waiting.erase(it);
     --takers_armed_;
   }
 
@@ -245,13 +265,14 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
 
   void yield() noexcept {
     bump(stats_.yields);
-    reactor_.defer([self = shared_from_this()] {
+    reactor_.defer([self = self_.lock()] {
       if (!self->guard_.try_enter()) return;  // released meanwhile
       self->serve_turn(0, false);
       self->guard_.leave();
     });
   }
 
+  std::weak_ptr<CqEntry> self_;
   Reactor& reactor_;
   ibv_cq* const cq_;
   const CompletionHandler handler_;
@@ -259,53 +280,72 @@ class CqEntry : public std::enable_shared_from_this<CqEntry> {
   CallGuard guard_;  // held while draining, here or on the executor
   AtomicCompletionStats stats_;
   // Completions ibev waits for itself (take_completion), by QP and wr_id.
-  std::mutex takers_mutex_;
-  std::vector<std::shared_ptr<Taker>> takers_;
-  std::atomic<std::size_t> takers_armed_{0};  // takers_.size(), read unlocked
+  std::once_flag takers_made_;
+  std::unique_ptr<Takers> takers_;
+  std::atomic<std::size_t> takers_armed_{0};  // how many wait, read unlocked
   // Adaptive mode: since when the CQ has given nothing, kept across turns so
   // that a turn boundary does not restart the quiet period. Dispatching
   // thread only.
   std::chrono::steady_clock::time_point quiet_since_{};
 };
 
-// The CQs watched on one channel, by address. Usually one (every CQ gets a
-// channel of its own unless it shares one): a sorted vector finds a CQ in
-// log n at the cost of one small allocation, where a hash map paid a node
-// and a 13-bucket array per channel (~190 bytes a CQ, measured by
-// softroce_bench's `memory` run). Joining and leaving move the entries after
-// it, which is what a channel shared by thousands of CQs pays at set-up.
+// The CQs watched on one channel. Usually one (every CQ gets a channel of
+// its own unless it shares one), held inline: no allocation. Several are
+// kept sorted by address in a vector, found in log n; joining and leaving
+// move the entries after it, which is what a channel shared by thousands of
+// CQs pays at set-up. (A hash map paid a node and a 13-bucket array per
+// channel, ~190 bytes a CQ: softroce_bench's `memory` run.)
 class ChannelCqs {
  public:
-  using Entry = std::pair<ibv_cq*, std::shared_ptr<CqEntry>>;
-
-  std::size_t size() const noexcept { return entries_.size(); }
-  bool empty() const noexcept { return entries_.empty(); }
-  const std::shared_ptr<CqEntry>& front() const noexcept { return entries_.front().second; }
+  std::size_t size() const noexcept { return several_.empty() ? (one_ ? 1 : 0) : several_.size(); }
+  bool empty() const noexcept { return size() == 0; }
+  // The CQ when there is just one; null otherwise.
+  const std::shared_ptr<CqEntry>& only() const noexcept { return one_; }
   // Null when `cq` is not watched here.
   std::shared_ptr<CqEntry> find(ibv_cq* cq) const {
+    if (one_) return one_->cq() == cq ? one_ : nullptr;
     const auto it = lower_bound(cq);
-    return it != entries_.end() && it->first == cq ? it->second : nullptr;
+    return it != several_.end() && it->first == cq ? it->second : nullptr;
   }
   // False when `cq` is watched here already.
   bool insert(ibv_cq* cq, std::shared_ptr<CqEntry> entry) {
-    const auto it = lower_bound(cq);
-    if (it != entries_.end() && it->first == cq) return false;
-    entries_.emplace(it, cq, std::move(entry));
+    if (empty()) {
+      one_ = std::move(entry);
+      return true;
+    }
+    if (find(cq)) return false;
+    if (one_) {
+      several_.reserve(2);
+      several_.emplace_back(one_->cq(), std::move(one_));
+    }
+    several_.emplace(lower_bound(cq), cq, std::move(entry));
     return true;
   }
   void erase(ibv_cq* cq) noexcept {
+    if (one_) {
+      if (one_->cq() == cq) one_.reset();
+      return;
+    }
     const auto it = lower_bound(cq);
-    if (it != entries_.end() && it->first == cq) entries_.erase(it);
+    if (it == several_.end() || it->first != cq) return;
+    several_.erase(it);
+    if (several_.size() == 1) {
+      one_ = std::move(several_.front().second);
+      std::vector<Entry>().swap(several_);
+    }
   }
 
  private:
+  using Entry = std::pair<ibv_cq*, std::shared_ptr<CqEntry>>;
+
   std::vector<Entry>::const_iterator lower_bound(ibv_cq* cq) const noexcept {
     return std::lower_bound(
-        entries_.begin(), entries_.end(), cq,
+        several_.begin(), several_.end(), cq,
         [](const Entry& entry, ibv_cq* key) { return std::less<ibv_cq*>{}(entry.first, key); });
   }
 
-  std::vector<Entry> entries_;
+  std::shared_ptr<CqEntry> one_;  // set only when several_ is empty
+  std::vector<Entry> several_;    // two or more
 };
 
 class ChannelSource final : public Source {
@@ -333,7 +373,7 @@ class ChannelSource final : public Source {
       std::lock_guard<std::mutex> lock(mutex);
       events_to_read = static_cast<unsigned>(std::min<std::size_t>(
           reactor_.options().batch, std::max<std::size_t>(cqs.size(), 1)));
-      if (cqs.size() == 1) only_cq = cqs.front();
+      only_cq = cqs.only();
     }
     std::uint64_t drained_early = 0;
     if (only_cq && only_cq->guard().try_enter()) {
@@ -393,6 +433,18 @@ class ChannelSource final : public Source {
   ibv_comp_channel* const channel_;
 };
 
+// A channel and the CQ that brought it in, made together: most channels
+// serve just that CQ. The channel's hold on it (its ChannelCqs) aliases this
+// allocation, and ends when the CQ's watch is released.
+struct ChannelWithFirstCq {
+  ChannelWithFirstCq(Reactor& reactor, ibv_comp_channel* channel, int original_flags, ibv_cq* cq,
+                     CompletionHandler handler, CompletionOptions options)
+      : source(reactor, channel, original_flags),
+        first(reactor, cq, std::move(handler), std::move(options)) {}
+  ChannelSource source;
+  CqEntry first;
+};
+
 void validate(ibv_cq* cq, const CompletionOptions& options,
               const CompletionHandler& handler) {
   const std::string verb = "Dispatcher::watch_completions";
@@ -429,8 +481,8 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
   validate(cq, options, handler);
   ibv_comp_channel* channel = cq->channel;
   const bool solicited_only = options.solicited_only;
-  auto entry = std::make_shared<CqEntry>(*reactor, cq, std::move(handler), std::move(options));
   std::shared_ptr<ChannelSource> source;
+  std::shared_ptr<CqEntry> entry;
   {
     std::lock_guard<std::mutex> lock(reactor->mutex());
     std::shared_ptr<Source> existing = reactor->find_fd_locked(channel->fd);
@@ -439,14 +491,27 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
       throw std::invalid_argument(
           "Dispatcher::watch_completions: the channel's fd is watched as another source");
     }
-    if (!source) {
-      source = std::make_shared<ChannelSource>(*reactor, channel,
-                                               make_nonblocking(channel->fd));
-      reactor->add_locked(source);
+    if (source) {
+      entry = std::make_shared<CqEntry>(*reactor, cq, std::move(handler), std::move(options));
+    } else {
+      auto both =
+          std::make_shared<ChannelWithFirstCq>(*reactor, channel, make_nonblocking(channel->fd), cq,
+                                               std::move(handler), std::move(options));
+      source = std::shared_ptr<ChannelSource>(both, &both->source);
+      entry = std::shared_ptr<CqEntry>(both, &both->first);
     }
+    entry->adopt(entry);
     std::lock_guard<std::mutex> channel_lock(source->mutex);
     if (!source->cqs.insert(cq, entry)) {
       throw std::invalid_argument("Dispatcher::watch_completions: the CQ is watched already");
+    }
+    if (!existing) {
+      try {
+        reactor->add_locked(source);
+      } catch (...) {
+        source->cqs.erase(cq);  // the channel's hold on its first CQ
+        throw;
+      }
     }
   }
 
@@ -469,19 +534,25 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
     auto source = weak_source.lock();
     std::shared_ptr<Source> retired;
     bool closed_behind_our_back = false;
-    if (reactor && source) {
-      std::lock_guard<std::mutex> lock(reactor->mutex());
-      std::lock_guard<std::mutex> channel_lock(source->mutex);
-      source->cqs.erase(entry->cq());
-      if (ack_leftovers()) bump(reactor->stats().cq_ack_calls);
-      // The last CQ of the channel: stop watching the channel, so that it
-      // can be destroyed. A CQ watched on it later adds it again.
-      if (source->cqs.empty()) {
-        retired = reactor->take_locked(source->id());
-        if (retired && !reactor->retire_locked(*retired)) closed_behind_our_back = true;
+    {
+      std::unique_lock<std::mutex> lock;
+      if (reactor) lock = std::unique_lock<std::mutex>(reactor->mutex());
+      if (source) {
+        // Leaving the channel also ends the channel's hold on its first
+        // CQ, which shares the channel's allocation: this runs whether or
+        // not the Dispatcher is still there.
+        std::lock_guard<std::mutex> channel_lock(source->mutex);
+        source->cqs.erase(entry->cq());
+        if (ack_leftovers() && reactor) bump(reactor->stats().cq_ack_calls);
+        // The last CQ of the channel: stop watching the channel, so that it
+        // can be destroyed. A CQ watched on it later adds it again.
+        if (reactor && source->cqs.empty()) {
+          retired = reactor->take_locked(source->id());
+          if (retired && !reactor->retire_locked(*retired)) closed_behind_our_back = true;
+        }
+      } else {
+        ack_leftovers();
       }
-    } else {
-      ack_leftovers();
     }
     if (closed_behind_our_back) reactor->report_closed_fd(*retired);
     if (retired && test_seams::after_channel_retired != nullptr) {

@@ -18,8 +18,10 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -72,12 +74,17 @@ void Reactor::report(const Failure& failure) noexcept {
 }
 
 std::shared_ptr<Source> Reactor::find_fd_locked(int fd) const {
-  auto it = by_fd_.find(fd);
-  return it == by_fd_.end() ? nullptr : sources_.at(it->second);
+  const auto slot = static_cast<std::size_t>(fd);
+  return fd >= 0 && slot < by_fd_.size() ? by_fd_[slot] : nullptr;
 }
 
 void Reactor::add_locked(const std::shared_ptr<Source>& source) {
-  source->id_ = next_id_++;
+  if (source->fd() < 0) throw std::invalid_argument("Reactor::add_locked: a negative fd");
+  const auto slot = static_cast<std::size_t>(source->fd());
+  if (slot >= by_fd_.size()) by_fd_.resize(std::max(slot + 1, by_fd_.size() * 2));
+  // Never 0 (the wake-up eventfd's id), whatever the sequence wraps to.
+  if (next_sequence_ == 0) ++next_sequence_;
+  source->id_ = std::uint64_t{next_sequence_++} << 32 | static_cast<std::uint32_t>(source->fd());
   epoll_event event{};
   event.events = source->interest();
   event.data.u64 = source->id_;
@@ -86,17 +93,19 @@ void Reactor::add_locked(const std::shared_ptr<Source>& source) {
     ::fcntl(source->fd(), F_SETFL, source->original_flags());
     throw_system_error("epoll_ctl(EPOLL_CTL_ADD)", error);
   }
-  sources_.emplace(source->id_, source);
-  by_fd_.emplace(source->fd(), source->id_);
+  by_fd_[slot] = source;
+}
+
+std::shared_ptr<Source>* Reactor::slot_locked(std::uint64_t id) noexcept {
+  const auto slot = static_cast<std::size_t>(id & 0xffffffffu);
+  if (slot >= by_fd_.size() || !by_fd_[slot] || by_fd_[slot]->id() != id) return nullptr;
+  return &by_fd_[slot];
 }
 
 std::shared_ptr<Source> Reactor::take_locked(std::uint64_t id) {
-  auto it = sources_.find(id);
-  if (it == sources_.end()) return nullptr;
-  std::shared_ptr<Source> source = std::move(it->second);
-  sources_.erase(it);
-  by_fd_.erase(source->fd());
-  return source;
+  std::shared_ptr<Source>* slot = slot_locked(id);
+  if (slot == nullptr) return nullptr;
+  return std::move(*slot);
 }
 
 bool Reactor::retire_locked(Source& source) noexcept {
@@ -200,8 +209,7 @@ std::size_t Reactor::run_turn(int timeout_ms) {
     std::shared_ptr<Source> source;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto it = sources_.find(id);
-      if (it != sources_.end()) source = it->second;
+      if (std::shared_ptr<Source>* slot = slot_locked(id)) source = *slot;
     }
     if (!source || !source->guard().try_enter()) continue;
     source->serve(events[i].events);
@@ -223,8 +231,8 @@ void Reactor::shut_down() noexcept {
   std::size_t never_run = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    while (!sources_.empty()) {
-      if (auto source = take_locked(sources_.begin()->first)) {
+    for (std::shared_ptr<Source>& slot : by_fd_) {
+      if (auto source = std::move(slot)) {
         static_cast<void>(retire_locked(*source));  // closed: nothing to give back
       }
     }

@@ -17,7 +17,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include <ibev/core/executor.h>
@@ -114,6 +113,8 @@ class Reactor {
 
  private:
   void run_posted() noexcept;
+  // The slot holding the source `id` names; null when it left.
+  std::shared_ptr<Source>* slot_locked(std::uint64_t id) noexcept;
 
   const Dispatcher::Options options_;
   Registry registry_;
@@ -123,10 +124,14 @@ class Reactor {
   AtomicDispatcherStats stats_;
   std::atomic<std::int64_t> turn_started_ns_{0};
 
-  std::mutex mutex_;  // the tables and the posted tasks
-  std::uint64_t next_id_ = 1;  // 0 is the wake-up eventfd
-  std::unordered_map<std::uint64_t, std::shared_ptr<Source>> sources_;
-  std::unordered_map<int, std::uint64_t> by_fd_;
+  std::mutex mutex_;  // the table and the posted tasks
+  // The watched sources, indexed by fd: fds are small and dense, so a slot
+  // per fd costs 16 bytes and no node, and the turn finds an epoll event's
+  // source in one indexed load. A source's id is its fd in the low 32 bits
+  // and a sequence number above: an epoll event read for a source that has
+  // since left, its fd reused by another, names an id no slot holds.
+  std::vector<std::shared_ptr<Source>> by_fd_;
+  std::uint32_t next_sequence_ = 1;  // 0 is the wake-up eventfd's id
   std::deque<Task> posted_;
   // Deferred to the next turn. Only the dispatching thread touches it.
   std::vector<Task> deferred_;

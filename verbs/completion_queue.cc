@@ -1,6 +1,7 @@
 #include <ibev/verbs/completion_queue.h>
 
 #include <cerrno>
+#include <memory>
 #include <stdexcept>
 #include <utility>
 
@@ -52,16 +53,22 @@ std::shared_ptr<CompletionQueue> CompletionQueue::create(
                                 ": the channel belongs to another device, or the CQ "
                                 "is kPolled");
   }
-  std::shared_ptr<CompletionChannel> channel = std::move(options.channel);
-  if (!polled && !channel) channel = CompletionChannel::create(device);
+  std::shared_ptr<CompletionChannel> shared_channel = std::move(options.channel);
+  std::unique_ptr<ibv_comp_channel, int (*)(ibv_comp_channel*)> own_channel(
+      nullptr, ibv_destroy_comp_channel);
+  if (!polled && !shared_channel) {
+    own_channel.reset(ibv_create_comp_channel(device->require_open("ibv_create_comp_channel")));
+    if (!own_channel) throw_system_error("ibv_create_comp_channel", errno);
+  }
+  ibv_comp_channel* channel = shared_channel ? shared_channel->get() : own_channel.get();
   Dispatcher* served_by =
       polled ? nullptr : (options.dispatcher ? options.dispatcher : &device->dispatcher());
 
-  ibv_cq* cq = ibv_create_cq(device->require_open("ibv_create_cq"), options.cqe, nullptr,
-                             channel ? channel->get() : nullptr, options.comp_vector);
+  ibv_cq* cq = ibv_create_cq(device->require_open("ibv_create_cq"), options.cqe, nullptr, channel,
+                             options.comp_vector);
   if (cq == nullptr) throw_system_error("ibv_create_cq", errno);
-  auto queue = std::make_shared<CompletionQueue>(Token{}, device, channel, cq, mode,
-                                                 served_by);
+  auto queue = std::make_shared<CompletionQueue>(Token{}, device, std::move(shared_channel),
+                                                 own_channel.release(), cq, mode, served_by);
   // Handlers before anything can happen on the CQ: nothing is attached to it
   // yet, so no completion can precede the arming.
   if (on_event) queue->cq_.serve_with(device->registry().attach(cq, std::move(on_event)));
@@ -80,17 +87,22 @@ std::shared_ptr<CompletionQueue> CompletionQueue::create_polled(
 }
 
 CompletionQueue::CompletionQueue(Token, std::shared_ptr<Device> device,
-                                 std::shared_ptr<CompletionChannel> channel, ibv_cq* cq,
-                                 CompletionMode mode, Dispatcher* served_by)
+                                 std::shared_ptr<CompletionChannel> shared_channel,
+                                 ibv_comp_channel* own_channel, ibv_cq* cq, CompletionMode mode,
+                                 Dispatcher* served_by)
     : device_(std::move(device)),
-      channel_(std::move(channel)),
+      shared_channel_(std::move(shared_channel)),
       mode_(mode),
       served_by_(served_by),
+      own_channel_(own_channel, device_->context(), &device_->registry()),
       cq_(cq, device_->context(), &device_->registry()) {}
 
 CompletionQueue::~CompletionQueue() = default;
 
-void CompletionQueue::close() noexcept { cq_.close(); }
+void CompletionQueue::close() noexcept {
+  cq_.close();  // its watch first, which gives the channel's fd its flags back
+  own_channel_.close();
+}
 
 CompletionStats CompletionQueue::completion_stats() const {
   if (served_by_ == nullptr || cq_.get() == nullptr) return {};

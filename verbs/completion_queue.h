@@ -15,7 +15,9 @@
 // of its own handlers) stops completion delivery and acks every completion
 // event still outstanding, detaches the event handler (waiting for a running
 // handler unless on its thread), then destroys the CQ: ibv_destroy_cq never
-// blocks on ibev. A CQ keeps its Device and channel alive.
+// blocks on ibev. A CQ keeps its Device and channel alive; a channel of its
+// own is no CompletionChannel object, just the CQ's, destroyed right after
+// it (one object fewer per CQ: softroce_bench's `memory` run).
 #ifndef IBEV_VERBS_COMPLETION_QUEUE_H_
 #define IBEV_VERBS_COMPLETION_QUEUE_H_
 
@@ -105,15 +107,19 @@ class CompletionQueue : public detail::Closeable {
   struct Token {};
 
  public:
+  // `own_channel`: the CQ's own channel, or null (shared or kPolled).
   CompletionQueue(Token, std::shared_ptr<Device> device,
-                  std::shared_ptr<CompletionChannel> channel, ibv_cq* cq,
-                  CompletionMode mode, Dispatcher* served_by);
+                  std::shared_ptr<CompletionChannel> shared_channel, ibv_comp_channel* own_channel,
+                  ibv_cq* cq, CompletionMode mode, Dispatcher* served_by);
 
  private:
   std::shared_ptr<Device> device_;
-  std::shared_ptr<CompletionChannel> channel_;
+  std::shared_ptr<CompletionChannel> shared_channel_;
   const CompletionMode mode_;
   Dispatcher* const served_by_;  // null for kPolled
+  // Before cq_: destroyed after it.
+  detail::Owned<ibv_comp_channel, ibv_destroy_comp_channel, detail::kDestroyCompChannel>
+      own_channel_;
   detail::Owned<ibv_cq, ibv_destroy_cq, detail::kDestroyCq> cq_;
 };
 

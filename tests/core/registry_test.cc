@@ -254,6 +254,51 @@ BOOST_AUTO_TEST_CASE(an_object_hears_its_events_after_a_sibling_leaves) {
   BOOST_TEST(second == 2);
 }
 
+// One object, several handlers, released one by one from the first, the
+// last or the middle: each event reaches exactly the handlers still held,
+// through the one-handler and the several-handler forms of an object's set
+// and back, and a handler attached after the last release is heard alone.
+BOOST_DATA_TEST_CASE(handlers_of_one_object_leave_in_any_order,
+                     bdata::make({1, 2, 3, 4}) * bdata::make({"first", "last", "middle"}), count,
+                     order) {
+  Registry registry;
+  ibv_context device{};
+  ibv_cq cq{};
+  ibv_qp neighbour{};  // in the same tables: must hear nothing of the CQ's
+  int neighbour_heard = 0;
+  Handle other = registry.attach(&neighbour, [&](const Event&) { ++neighbour_heard; });
+  std::vector<int> heard(static_cast<std::size_t>(count));
+  std::vector<Handle> handles;
+  for (int i = 0; i < count; ++i) {
+    handles.push_back(registry.attach(&cq, [&heard, i](const Event&) { ++heard[i]; }));
+  }
+  std::vector<int> held(static_cast<std::size_t>(count), 1);
+  for (int left = count; left > 0; --left) {
+    registry.route(Event::synthesize(&device, IBV_EVENT_CQ_ERR, &cq));
+    for (int i = 0; i < count; ++i) {
+      BOOST_TEST(heard[i] == (held[i] ? 1 : 0), "handler " << i << " with " << left << " held");
+      heard[i] = 0;
+    }
+    std::vector<int> live;
+    for (int i = 0; i < count; ++i) {
+      if (held[i]) live.push_back(i);
+    }
+    const std::string which = order;
+    const int leaving = which == "first"  ? live.front()
+                        : which == "last" ? live.back()
+                                          : live[live.size() / 2];
+    handles[leaving].release();
+    held[leaving] = 0;
+  }
+  BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_CQ_ERR, &cq)) == 0u);
+  int late = 0;
+  Handle again = registry.attach(&cq, [&](const Event&) { ++late; });
+  registry.route(Event::synthesize(&device, IBV_EVENT_CQ_ERR, &cq));
+  BOOST_TEST(late == 1);
+  for (int h : heard) BOOST_TEST(h == 0);
+  BOOST_TEST(neighbour_heard == 0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(resolve_then_deliver)

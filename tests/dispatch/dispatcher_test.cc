@@ -414,6 +414,40 @@ BOOST_AUTO_TEST_CASE(an_fd_is_served_each_turn_while_ready) {
   BOOST_TEST(calls == 2);
 }
 
+// An epoll event read in the same turn as a handler that releases its source
+// and watches a new fd with the same number: the event was the old source's,
+// and the new one (not readable) must not be served with it.
+BOOST_AUTO_TEST_CASE(an_event_of_a_source_that_left_never_reaches_its_fd_s_next_watch) {
+  EventFd first, second;
+  bool second_called = false, successor_called = false;
+  int successor_fd = -1;
+  ibev::Handle second_handle =
+      dispatcher.watch_fd(second.fd, EPOLLIN, [&](std::uint32_t) { second_called = true; });
+  ibev::Handle successor_handle;
+  ibev::Handle first_handle = dispatcher.watch_fd(first.fd, EPOLLIN, [&](std::uint32_t) {
+    first.drain();
+    if (successor_fd >= 0) return;
+    const int number = second.fd;
+    second_handle.release();
+    ::close(second.fd);
+    second.fd = -1;
+    successor_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // the lowest free number
+    successor_handle = dispatcher.watch_fd(successor_fd, EPOLLIN,
+                                           [&](std::uint32_t) { successor_called = true; });
+    BOOST_TEST(successor_fd == number);
+  });
+  first.signal();  // ready first: epoll reports it first
+  second.signal();
+  dispatcher.run_once(100ms);
+  BOOST_REQUIRE(successor_fd >= 0);
+  BOOST_TEST(!second_called);
+  BOOST_TEST(!successor_called);
+  dispatcher.run_once(0ms);
+  BOOST_TEST(!successor_called);
+  successor_handle.release();
+  ::close(successor_fd);
+}
+
 // A timerfd beside the RDMA sources, on the dispatcher's own thread.
 BOOST_AUTO_TEST_CASE(a_timerfd_fires_on_the_dispatcher_thread) {
   const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);

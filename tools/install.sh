@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds ibev with CMake and installs it into PREFIX:
-#   PREFIX/lib/libibev.so.0.5.0 (SONAME libibev.so.0), libibev.so, libibev.a
+#   PREFIX/lib/libibev.so.0.6.0 (SONAME libibev.so.0), libibev.so, libibev.a
 #   PREFIX/include/ibev/...          the public headers (<ibev/ibev.h>)
 #   PREFIX/lib/pkgconfig/ibev.pc     pkg-config --cflags --libs ibev
-#   PREFIX/lib/cmake/ibev/           find_package(ibev 0.5) -> ibev::ibev
+#   PREFIX/lib/cmake/ibev/           find_package(ibev 0.6) -> ibev::ibev
 #   PREFIX/bin/ibev-watch            and share/man/man1/ibev-watch.1
 #   PREFIX/bin/ibev-softroce-run     runs a program against soft-RoCE
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prints ibev's version ("0.5.0"), or one part of it (--major), as version.h
+# Prints ibev's version ("0.6.0"), or one part of it (--major), as version.h
 # writes it: the one place the version lives. CMakeLists.txt reads the same
 # three defines.
 #   tools/version.sh [--major] [VERSION_H]

@@ -134,10 +134,32 @@ scale1024=$(section "scale 1024")
 scale_shared=$(section "scale_shared 1024")
 scale_raw1=$(section "scale_raw 1")
 scale_raw1024=$(section "scale_raw 1024")
-per_completion() { field "$1" dispatch_us_per_completion; }
-scale_ratio=$(ratio "$(per_completion "$scale1024")" "$(per_completion "$scale1")")
-scale_shared_ratio=$(ratio "$(per_completion "$scale_shared")" "$(per_completion "$scale1")")
-scale_raw_ratio=$(ratio "$(per_completion "$scale_raw1024")" "$(per_completion "$scale_raw1")")
+# A scale section has a line per round: the median of a field, and the
+# median of the per-round ratios of two sections' CPU per completion.
+per_round() { grep -o "$2=[0-9.]*" <<<"$1" | cut -d= -f2; }
+per_completion() { per_round "$1" dispatch_us_per_completion | median; }
+scale_paired_ratio() {
+  paste <(per_round "$1" dispatch_us_per_completion) <(per_round "$2" dispatch_us_per_completion) |
+    awk '$2 > 0 {printf "%.4f\n", $1 / $2}' | median | awk '{printf "%.2f", $1}'
+}
+scale_ratio=$(scale_paired_ratio "$scale1024" "$scale1")
+scale_shared_ratio=$(scale_paired_ratio "$scale_shared" "$scale1")
+scale_raw_ratio=$(scale_paired_ratio "$scale_raw1024" "$scale_raw1")
+# What 1023 more pairs add to a completion's cost, in us: ibev's and the raw
+# loop's, over the same objects.
+growth() { awk -v a="$(per_completion "$1")" -v b="$(per_completion "$2")" 'BEGIN {printf "%.1f", a - b}'; }
+scale_growth=$(growth "$scale1024" "$scale1")
+scale_raw_growth=$(growth "$scale_raw1024" "$scale_raw1")
+if ! awk -v r="$scale_ratio" 'BEGIN {exit !(r > 1.2)}'; then
+  scale_verdict="The ratio is within the 1.2 target."
+elif awk -v a="$scale_growth" -v b="$scale_raw_growth" 'BEGIN {exit !(a <= b)}'; then
+  scale_verdict="The ratio stays above the 1.2 target because ibev's one-pair figure is
+the smaller (its single-CQ path drains before it reads the channel, and keeps
+everything hot), not because ibev grows more."
+else
+  scale_verdict="The ratio stays above the 1.2 target, and ibev grows more than the raw
+loop in this run: part of what goes cold is ibev's own state."
+fi
 mem=$(section memory)
 fu=$(section fairness_unloaded)
 fl=$(section fairness_loaded)
@@ -264,6 +286,7 @@ same round, listed below), so it need not equal the quotient of the medians.
 | dispatch CPU per completion, 1024 QP pairs / 1 pair | $(per_completion "$scale1024") us | 1 pair: $(per_completion "$scale1") us | $scale_ratio | <= 1.2 |
 | the same, 2048 CQs on 8 shared channels / 1 pair | $(per_completion "$scale_shared") us | | $scale_shared_ratio | |
 | the same objects without ibev (a raw epoll loop), 1024 pairs / 1 pair | $(per_completion "$scale_raw1024") us | 1 pair: $(per_completion "$scale_raw1") us | $scale_raw_ratio | |
+| what 1023 more pairs add per completion (us), ibev / raw epoll loop | $scale_growth | raw loop: $scale_raw_growth | | |
 | memory per QueuePair + CompletionQueue beyond rdma-core (bytes) | $(field "$mem" ibev_overhead_bytes_per_pair) | rdma-core's own: $(field "$mem" raw_bytes_per_pair) | | <= 1024 |
 | port event delay under a saturated CQ (default budget), p50 / p99 (us) | $(field "$fl" port_p50_us) / $(field "$fl" port_p99_us) | unloaded: $(field "$fu" port_p50_us) / $(field "$fu" port_p99_us) | $(ratio "$(field "$fl" port_p50_us)" "$(field "$fu" port_p50_us)") / $(ratio "$(field "$fl" port_p99_us)" "$(field "$fu" port_p99_us)") | <= 2 |
 | second CQ's latency under a saturated CQ (default budget), p50 / p99 (us) | $(field "$fl" pingpong_p50_us) / $(field "$fl" pingpong_p99_us) | unloaded: $(field "$fu" pingpong_p50_us) / $(field "$fu" pingpong_p99_us) | $(ratio "$(field "$fl" pingpong_p50_us)" "$(field "$fu" pingpong_p50_us)") / $(ratio "$(field "$fl" pingpong_p99_us)" "$(field "$fu" pingpong_p99_us)") | <= 2 |
@@ -383,7 +406,9 @@ CQ of its own on a completion channel of its own (2N CQs, 2N channel fds in
 the epoll set), or all 2N CQs on 8 shared channels. One message is in flight
 at a time, passed round-robin (pair i's ping, its pong, then pair i+1's
 ping), 8192 round trips, every send signaled, so each pair is used 8192/N
-times and every CQ of the set is live. The cost is the dispatching thread's
+times and every CQ of the set is live. Every configuration runs once per
+round, the rounds interleaved; a ratio is the median of the per-round
+ratios. The cost is the dispatching thread's
 CPU (getrusage RUSAGE_THREAD, from the first ping to the last pong) per work
 completion handled; it includes the verbs the handlers call (post_recv,
 post_send), which are the same at every N. The raw rows serve the same
@@ -392,30 +417,34 @@ channels; read, ack, re-arm, drain): what the objects themselves cost as
 their number grows, on this emulated machine, where touching memory that
 has gone cold is dear.
 
-Why ibev's figure grows and the raw loop's hardly does: not more work. With
-callgrind counting only inside the dispatch loop (\`valgrind --tool=callgrind
+What grows with N is not work but what the work touches. With callgrind
+counting only inside the dispatch loop (\`valgrind --tool=callgrind
 --toggle-collect='ibev::detail::Reactor::run_turn*' softroce_bench scale
---pairs P --messages 2048\`, in the VM) the loop executes 9.23M, 8.61M and
-8.60M instructions for 8192 completions at 1, 64 and 256 pairs (1126, 1051,
-1049 a completion; 1024 pairs do not run under valgrind, whose own fds
-collide with 2048 channels): flat. What grows is what those instructions
-touch. ibev's state for one CQ is spread over several allocations (the
-Dispatcher's CQ entry, the channel's source, the reactor's table nodes, the
-handler), each cold again by the time the round robin comes back to it, and
-under TCG every cold page is a software TLB walk. One pair keeps all of it
-hot, which is why ibev is cheaper than the raw loop there (its single-CQ
-path also drains before it reads the channel, saving a system call); at
-1024 pairs both cost the same. Merging those allocations would make both
-this figure and the memory below smaller; that is the next step, not taken
-here.
+--pairs P --messages 2048\`, in the VM, ibev 0.5.0) the loop executed 1126,
+1051 and 1049 instructions a completion at 1, 64 and 256 pairs (1024 pairs
+do not run under valgrind, whose own fds collide with 2048 channels): flat.
+Each CQ's state is cold again by the time the round robin comes back to it,
+and under TCG every cold page is a software TLB walk; the raw loop pays that
+for rdma-core's and the kernel's objects too (its own ratio, $scale_raw_ratio, is the
+floor of any loop over these objects on this machine). In 0.5.0 ibev's
+state for one CQ was five allocations (the Dispatcher's CQ entry, the
+channel's source, a node in each of the reactor's two hash maps, the
+handler), and the ratio was 2.05 against the raw loop's 1.36. In 0.6.0 the
+channel's source and the CQ that brought the channel in are one block, the
+channel holds that CQ inline, and the reactor finds an epoll event's source
+in a table indexed by fd, one load: $scale_ratio here, against the raw
+loop's $scale_raw_ratio. In absolute terms 1023 more pairs add $scale_growth us to
+ibev's completion and $scale_raw_growth us to the raw loop's: what grows is the
+objects', not ibev's. $scale_verdict The 2048 CQs on 8 channels ($scale_shared_ratio) pay a channel's
+search among 256 CQs and the CQs' own blocks.
 
-| served by | QP pairs | CQs | channels | CPU per completion (us) | ÷ 1 pair, same server | wall per round trip (us) | set-up (s) |
-|---|---|---|---|---|---|---|---|
+| served by | QP pairs | CQs | channels | CPU per completion (us), median | ÷ 1 pair, same server | each round (us) | wall per round trip (us) | set-up (s) |
+|---|---|---|---|---|---|---|---|---|
 $(for line in "$scale1" "$scale64" "$scale1024" "$scale_shared"; do
-  echo "| ibev | $(field "$line" pairs) | $(field "$line" cqs) | $(field "$line" channels) | $(per_completion "$line") | $(ratio "$(per_completion "$line")" "$(per_completion "$scale1")") | $(field "$line" wall_us_per_round_trip) | $(field "$line" setup_s) |"
+  echo "| ibev | $(field "$line" pairs) | $(field "$line" cqs) | $(field "$line" channels) | $(per_completion "$line") | $(scale_paired_ratio "$line" "$scale1") | $(per_round "$line" dispatch_us_per_completion | paste -sd' ') | $(per_round "$line" wall_us_per_round_trip | median) | $(per_round "$line" setup_s | median) |"
 done
 for line in "$scale_raw1" "$scale_raw1024"; do
-  echo "| raw epoll loop | $(field "$line" pairs) | $(field "$line" cqs) | $(field "$line" channels) | $(per_completion "$line") | $(ratio "$(per_completion "$line")" "$(per_completion "$scale_raw1")") | $(field "$line" wall_us_per_round_trip) | $(field "$line" setup_s) |"
+  echo "| raw epoll loop | $(field "$line" pairs) | $(field "$line" cqs) | $(field "$line" channels) | $(per_completion "$line") | $(scale_paired_ratio "$line" "$scale_raw1") | $(per_round "$line" dispatch_us_per_completion | paste -sd' ') | $(per_round "$line" wall_us_per_round_trip | median) | $(per_round "$line" setup_s | median) |"
 done)
 
 ![dispatch cost against the number of CQs](bench/dispatch_vs_cqs.svg)
@@ -434,25 +463,35 @@ $mem
 \`\`\`
 
 The CQ side (cq_side_overhead) is most of it (how the two sides split moves
-with the Registry's table, which doubles in one step or the other; the sum
-is the figure). Where it goes, measured with heaptrack on a debug build
-(\`heaptrack softroce_bench memory --pairs 256\`):
-the CompletionQueue and CompletionChannel wrappers (~120 and ~100 bytes with
-their shared_ptr control blocks), the Dispatcher's entry for the CQ (~300:
-its handler, options with the executor, statistics, the drain markers'
-table, the wait guard), the channel's source in the epoll set (~160, plus the
-reactor's two table nodes), the CQ's event handler in the Registry (a
-Subscriber of ~144 and its slot), and the Handles that tie them to the
-wrapper (one closure each). The QP side is the wrapper (~184), its event
-handler and its slot, and its Handle. Before this round the same run
-measured 2141 bytes (256 pairs); this round's changes took a quarter off: a
-channel's CQs in a sorted vector instead of a hash map (whose first insert
-allocated 13 buckets), each event handler ~100 bytes smaller (the Registry's
-figure below: 372.7 bytes an object before, 243.9 now). The rest is one
-object per concept, each with its own lifetime (a wrapper can outlive its
-watch, a watch its Dispatcher); halving it would take merging them (the
-channel's source into the CQ entry for a channel of its own, the wrapper
-into the entry). Not done here: the figure stays above the 1 KiB target.
+with the tables, which double in one step or the other; the sum is the
+figure). Where it goes, measured with heaptrack on a debug build
+(\`heaptrack softroce_bench memory --pairs 256\`, 0.6.0; bytes asked of
+malloc per pair, which adds 8 to 16 to each block):
+
+| block | bytes | what is in it |
+|---|---|---|
+| the channel's source with its CQ's entry | 368 | the completion handler (32), its options with the executor (64), statistics (48), the channel's mutex (40), guards, ids, the unacked count |
+| CompletionQueue | 168 | the device, a shared channel, its own channel and the CQ, each destroy's failure record |
+| the CQ's and the QP's event handlers | 2 × 104 | a Subscriber each: handler (32), filter (32), executor, guard |
+| the Handles' closures | 56 + 2 × 40 | the completion watch's, and each event handler's unlink |
+| the wrappers' Handle vectors | 64 + 32 | two Handles of 32 bytes on the CQ, one on the QP |
+| QueuePair | 184 | the PD, its CQs and SRQ and its options, the QP |
+| tables, amortised | ~150 | the Registry's slot per object (24 bytes), the reactor's per fd (16), the Device's list of what it made (a weak_ptr each) |
+
+This round took 1736 down to the figure above: the channel's source and its
+first CQ in one block (they were a source of ~160, an entry of ~300 and a
+vector), the CQ's own channel held by the CompletionQueue (it was a
+CompletionChannel object and a tracked weak_ptr), the reactor's fd table (it
+was a node in each of two hash maps), drain markers' table made on first use,
+and a Registry slot of 24 bytes for an object with one handler (it was 40).
+What stays above the 1 KiB target is one block per concept, each with its
+own lifetime (the wrapper is the application's, the watch and each event
+handler are released apart from it and may outlive their Dispatcher or
+Registry), and one closure per Handle. The next steps, each measured above:
+a Handle that is its registration (the Subscriber or the CQ entry releases
+itself: the three closures and half of the Handle vectors, ~250 bytes), and
+the CQ wrapper lending its block to the Dispatcher's entry (~180 bytes, but
+it ties dispatch/ to verbs/, which the layout forbids today).
 
 ## Fairness: a saturated CQ against port events and a second CQ
 

@@ -131,18 +131,30 @@ done
 
 # Dispatch cost against the number of CQs: the same round-robin ping-pong
 # over 1, 64 and 1024 QP pairs, each CQ on its own channel, and 1024 pairs'
-# 2048 CQs on 8 shared channels.
+# 2048 CQs on 8 shared channels; and the same round robin served by no
+# Dispatcher (one thread's epoll, read, ack, re-arm, drain): what the objects
+# themselves cost as they grow. Interleaved rounds, one line each, into one
+# section per configuration.
+rm -f /tmp/scale_*
+for ((round = 1; round <= rounds; round++)); do
+  for pairs in 1 64 1024; do
+    timeout 600 "$bench" scale --pairs "$pairs" --messages 8192 >>/tmp/scale_$pairs
+  done
+  timeout 600 "$bench" scale --pairs 1024 --channels 8 --messages 8192 >>/tmp/scale_shared
+  for pairs in 1 1024; do
+    timeout 600 "$bench" scale --pairs "$pairs" --messages 8192 --mode raw-event \
+      >>/tmp/scale_raw_$pairs
+  done
+done
 for pairs in 1 64 1024; do
   echo "== scale $pairs"
-  timeout 600 "$bench" scale --pairs "$pairs" --messages 8192
+  cat /tmp/scale_$pairs
 done
 echo "== scale_shared 1024"
-timeout 600 "$bench" scale --pairs 1024 --channels 8 --messages 8192
-# The same round robin served by no Dispatcher (one thread's epoll, read,
-# ack, re-arm, drain): what the objects themselves cost as they grow.
+cat /tmp/scale_shared
 for pairs in 1 1024; do
   echo "== scale_raw $pairs"
-  timeout 600 "$bench" scale --pairs "$pairs" --messages 8192 --mode raw-event
+  cat /tmp/scale_raw_$pairs
 done
 echo "== memory"
 timeout 300 "$bench" memory --pairs 1024

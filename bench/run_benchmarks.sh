@@ -135,13 +135,15 @@ scale_shared=$(section "scale_shared 1024")
 scale_raw1=$(section "scale_raw 1")
 scale_raw1024=$(section "scale_raw 1024")
 # A scale section has a line per round: the median of a field, and the
-# median of the per-round ratios of two sections' CPU per completion.
+# median of the per-round ratios of two sections' field (the CPU per
+# completion, for scale).
 per_round() { grep -o "$2=[0-9.]*" <<<"$1" | cut -d= -f2; }
 per_completion() { per_round "$1" dispatch_us_per_completion | median; }
-scale_paired_ratio() {
-  paste <(per_round "$1" dispatch_us_per_completion) <(per_round "$2" dispatch_us_per_completion) |
+paired_ratio() {
+  paste <(per_round "$1" "$3") <(per_round "$2" "$3") |
     awk '$2 > 0 {printf "%.4f\n", $1 / $2}' | median | awk '{printf "%.2f", $1}'
 }
+scale_paired_ratio() { paired_ratio "$1" "$2" dispatch_us_per_completion; }
 scale_ratio=$(scale_paired_ratio "$scale1024" "$scale1")
 scale_shared_ratio=$(scale_paired_ratio "$scale_shared" "$scale1")
 scale_raw_ratio=$(scale_paired_ratio "$scale_raw1024" "$scale_raw1")
@@ -245,9 +247,11 @@ plot '$out/dispatch_vs_cqs.dat' using 1:2 with linespoints lw 2 title 'a channel
 PLOT
 
 # --- the report -------------------------------------------------------------
+# A fairness section has a line per round, like a scale section: medians,
+# and the median of the per-round ratios against the unloaded run's.
 fairness_row() {
   local line=$1
-  echo "| $2 | $(field "$line" port_p50_us) / $(field "$line" port_p99_us) | $(ratio "$(field "$line" port_p50_us)" "$(field "$fu" port_p50_us)") | $(field "$line" pingpong_p50_us) / $(field "$line" pingpong_p99_us) | $(ratio "$(field "$line" pingpong_p50_us)" "$(field "$fu" pingpong_p50_us)") / $(ratio "$(field "$line" pingpong_p99_us)" "$(field "$fu" pingpong_p99_us)") | $(field "$line" saturating_per_s) |"
+  echo "| $2 | $(per_round "$line" port_p50_us | median) / $(per_round "$line" port_p99_us | median) | $(paired_ratio "$line" "$fu" port_p50_us) | $(per_round "$line" pingpong_p50_us | median) / $(per_round "$line" pingpong_p99_us | median) | $(paired_ratio "$line" "$fu" pingpong_p50_us) / $(paired_ratio "$line" "$fu" pingpong_p99_us) | $(per_round "$line" pingpong_p99_us | paste -sd' ') | $(per_round "$line" saturating_per_s | median) |"
 }
 rate_row() {
   local config=$1 label=$2
@@ -288,9 +292,9 @@ same round, listed below), so it need not equal the quotient of the medians.
 | the same objects without ibev (a raw epoll loop), 1024 pairs / 1 pair | $(per_completion "$scale_raw1024") us | 1 pair: $(per_completion "$scale_raw1") us | $scale_raw_ratio | |
 | what 1023 more pairs add per completion (us), ibev / raw epoll loop | $scale_growth | raw loop: $scale_raw_growth | | |
 | memory per QueuePair + CompletionQueue beyond rdma-core (bytes) | $(field "$mem" ibev_overhead_bytes_per_pair) | rdma-core's own: $(field "$mem" raw_bytes_per_pair) | | <= 1024 |
-| port event delay under a saturated CQ (default budget), p50 / p99 (us) | $(field "$fl" port_p50_us) / $(field "$fl" port_p99_us) | unloaded: $(field "$fu" port_p50_us) / $(field "$fu" port_p99_us) | $(ratio "$(field "$fl" port_p50_us)" "$(field "$fu" port_p50_us)") / $(ratio "$(field "$fl" port_p99_us)" "$(field "$fu" port_p99_us)") | <= 2 |
-| second CQ's latency under a saturated CQ (default budget), p50 / p99 (us) | $(field "$fl" pingpong_p50_us) / $(field "$fl" pingpong_p99_us) | unloaded: $(field "$fu" pingpong_p50_us) / $(field "$fu" pingpong_p99_us) | $(ratio "$(field "$fl" pingpong_p50_us)" "$(field "$fu" pingpong_p50_us)") / $(ratio "$(field "$fl" pingpong_p99_us)" "$(field "$fu" pingpong_p99_us)") | <= 2 |
-| the same, the saturated CQ's budget 16, event mode | $(field "$fe16" pingpong_p50_us) / $(field "$fe16" pingpong_p99_us) | | $(ratio "$(field "$fe16" pingpong_p50_us)" "$(field "$fu" pingpong_p50_us)") / $(ratio "$(field "$fe16" pingpong_p99_us)" "$(field "$fu" pingpong_p99_us)") | <= 2 |
+| port event delay under a saturated CQ (default budget), p50 / p99 (us) | $(per_round "$fl" port_p50_us | median) / $(per_round "$fl" port_p99_us | median) | unloaded: $(per_round "$fu" port_p50_us | median) / $(per_round "$fu" port_p99_us | median) | $(paired_ratio "$fl" "$fu" port_p50_us) / $(paired_ratio "$fl" "$fu" port_p99_us) | <= 2 |
+| second CQ's latency under a saturated CQ (default budget), p50 / p99 (us) | $(per_round "$fl" pingpong_p50_us | median) / $(per_round "$fl" pingpong_p99_us | median) | unloaded: $(per_round "$fu" pingpong_p50_us | median) / $(per_round "$fu" pingpong_p99_us | median) | $(paired_ratio "$fl" "$fu" pingpong_p50_us) / $(paired_ratio "$fl" "$fu" pingpong_p99_us) | <= 2 |
+| the same, the saturated CQ's budget 16, event mode | $(per_round "$fe16" pingpong_p50_us | median) / $(per_round "$fe16" pingpong_p99_us | median) | | $(paired_ratio "$fe16" "$fu" pingpong_p50_us) / $(paired_ratio "$fe16" "$fu" pingpong_p99_us) | <= 2 |
 | completion handler on a WorkerThread, event-mode latency | $iw_typ | on the dispatching thread: $ie_typ | $worker_ratio | |
 | injected event delivered on a WorkerThread / Asio strand, CPU per event | $(field "$executor" worker_ratio)x / $(field "$executor" asio_strand_ratio)x | on the dispatching thread | | |
 | idle CPU, adaptive mode (% of a core) | $(field "$idle" core_percent) | | | < 1 |
@@ -511,10 +515,13 @@ with the saturated CQ at its default budget (256 completions a turn) and at
 to its poll budget (2 ms here) before it let the loop go, whatever else was
 ready: the second CQ's p50 was 2150 us against 45 unloaded (48x, measured
 with this benchmark before the change). It now yields as soon as another
-source is ready (dispatch/completion_source.cc).
+source is ready (dispatch/completion_source.cc). Every configuration runs
+once per round, the rounds interleaved (one run's p99 moved by 3x between
+runs on this machine, with every configuration alike); a ratio is the median
+of the per-round ratios against the same round's unloaded run.
 
-| the saturated CQ | port event delay, p50 / p99 (us) | p50 ÷ unloaded | second CQ's latency, p50 / p99 (us) | ÷ unloaded, p50 / p99 (target <= 2) | saturated CQ's completions/s |
-|---|---|---|---|---|---|
+| the saturated CQ | port event delay, p50 / p99 (us), median | p50 ÷ unloaded | second CQ's latency, p50 / p99 (us), median | ÷ unloaded, p50 / p99 (target <= 2) | second CQ's p99, each round (us) | saturated CQ's completions/s |
+|---|---|---|---|---|---|---|
 $(fairness_row "$fu" "none (unloaded)")
 $(fairness_row "$fa" "on a Dispatcher of its own, adaptive, budget 256")
 $(fairness_row "$fl" "on the same Dispatcher, adaptive, budget 256 (the default)")

@@ -34,8 +34,8 @@ class ObjectHandlers {
   HandlerSet find(const ObjectKey& key);
 
  private:
-  // An object with one handler has it in `objects` (24 bytes a slot, a
-  // third of a table's slots empty: a Registry's bytes per object). An
+  // An object with one handler has it in `objects` (24 bytes a slot, and a
+  // table is at most 3/4 full: most of a Registry's bytes per object). An
   // object with several has a null there and its list in `several`, which
   // stays unallocated while nothing has two.
   struct Shard {

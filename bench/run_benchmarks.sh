@@ -495,9 +495,12 @@ own lifetime (the wrapper is the application's, the watch and each event
 handler are released apart from it and may outlive their Dispatcher or
 Registry), and one closure per Handle. The next steps, each measured above:
 a Handle that is its registration (the Subscriber or the CQ entry releases
-itself: the three closures and half of the Handle vectors, ~250 bytes), and
-the CQ wrapper lending its block to the Dispatcher's entry (~180 bytes, but
-it ties dispatch/ to verbs/, which the layout forbids today).
+itself: the three closures and half of the Handle vectors, ~250 bytes, less
+the ~150 their captures then add to the Subscribers and the entry), and the
+CQ wrapper lending its block to the Dispatcher's entry (~180 bytes, but it
+ties dispatch/ to verbs/, which the layout forbids today). With smaller
+trims besides (a QueuePair keeping its parents, not its options) that comes
+to ~1.2 KiB: 1 KiB takes a decision on the layering, not more trimming.
 
 ## Fairness: a saturated CQ against port events and a second CQ
 

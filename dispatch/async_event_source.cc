@@ -11,7 +11,7 @@
 // AsyncDelivery, where the Device wrapper marks itself dead first and closes
 // after (verbs/device.cc).
 //
-// Locking: none of its own; the reactor's tables (reactor.cc) guard its
+// Locking: none of its own; the reactor's table (reactor.cc) guards its
 // joining and leaving, its CallGuard a loss noticed by the tracker.
 #include <sys/epoll.h>
 

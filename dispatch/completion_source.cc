@@ -5,7 +5,7 @@
 // top-down: ChannelSource::serve, then CqEntry::serve_turn, then drain.
 //
 // Locking: a channel's `mutex` guards its CQs and their unacked counts; it
-// is taken inside the reactor's tables' mutex, never around it, and never
+// is taken inside the reactor's table's mutex, never around it, and never
 // while a handler runs. Each CQ's CallGuard is held while it is drained, so
 // a release waits for a drain in progress (unless made from inside it).
 //

@@ -4,7 +4,7 @@
 // events) until the handler's call has returned and re-arms it, so that an
 // fd the executor has not read yet does not make every turn spin.
 //
-// Locking: none of its own; the reactor's tables guard joining and leaving,
+// Locking: none of its own; the reactor's table guards joining and leaving,
 // the CallGuard a release's wait.
 #include <fcntl.h>
 #include <sys/timerfd.h>

@@ -1,8 +1,8 @@
-// Locking. `Reactor::mutex_` guards the tables of sources and the posted
+// Locking. `Reactor::mutex_` guards the table of sources and the posted
 // tasks. A source with a lock of its own (a completion channel's) takes it
 // inside this one, never the other way round. A source leaves the epoll set
-// and gets its fd's flags back under the tables' mutex, in the same critical
-// section that takes it out of the tables: so a new watch of the same fd (a
+// and gets its fd's flags back under the table's mutex, in the same critical
+// section that takes it out of the table: so a new watch of the same fd (a
 // CQ joining a channel whose last CQ just left) finds either the old source
 // whole or none at all. No lock is held while a source is served, or a task
 // run. CallGuards (core/) make a release wait until the reactor is done with

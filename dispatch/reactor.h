@@ -57,11 +57,11 @@ class Reactor {
   // Counts it and hands it to the Registry's sink.
   void report(const Failure& failure) noexcept;
 
-  // The tables. A source joins and leaves under mutex(); a source kind with
+  // The table of sources. A source joins and leaves under mutex(); a source kind with
   // a lock of its own takes it inside this one, never around it.
   std::mutex& mutex() noexcept { return mutex_; }
   std::shared_ptr<Source> find_fd_locked(int fd) const;
-  // Puts `source` in the epoll set and the tables. On failure gives the fd
+  // Puts `source` in the epoll set and the table. On failure gives the fd
   // its flags back and throws std::system_error (epoll_ctl).
   void add_locked(const std::shared_ptr<Source>& source);
   std::shared_ptr<Source> take_locked(std::uint64_t id);
@@ -74,7 +74,7 @@ class Reactor {
   // report of a closed fd after it; returns the source (null if gone
   // already) for the caller to wait on, unless it is the caller.
   std::shared_ptr<Source> remove(std::uint64_t source_id) noexcept;
-  // A Handle whose release takes the source out (tables, epoll set, flags,
+  // A Handle whose release takes the source out (table, epoll set, flags,
   // in one critical section) and waits until the reactor is done with it.
   static Handle handle_for(const std::shared_ptr<Reactor>& reactor,
                            std::uint64_t source_id);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <future>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -110,7 +111,6 @@ void run_loop(const std::shared_ptr<Reactor>& reactor) {
   reactor->dispatcher_thread = std::this_thread::get_id();
   while (!reactor->stop_requested.load()) reactor->run_turn(-1);
   reactor->dispatcher_thread = std::thread::id{};
-  if (reactor->orphaned.load()) reactor->shut_down();
 }
 
 void require_owner_process(const Reactor& reactor, const char* verb) {
@@ -127,6 +127,9 @@ void require_owner_process(const Reactor& reactor, const char* verb) {
 Dispatcher::Dispatcher() : Dispatcher(Options{}) {}
 
 Dispatcher::Dispatcher(Options options) {
+  std::promise<void> none_started;
+  none_started.set_value();
+  thread_exited_ = none_started.get_future().share();
   if (options.batch == 0) {
     throw std::invalid_argument("Dispatcher: Options::batch must be at least 1");
   }
@@ -150,14 +153,16 @@ Dispatcher::~Dispatcher() {
   }
   watchdog_.reset();
   if (in_dispatcher_thread()) {
-    // Destroyed by one of its own handlers: the thread cannot join itself. It
-    // holds the reactor, finishes the handler, stops and shuts down. The
-    // lock: start() may still be publishing the handle of this very thread
-    // (a handler can run before start() returns).
+    // Destroyed by one of its own handlers: the thread cannot join itself.
+    // Every fd is let go of here, before the application may close one; the
+    // thread, which holds the reactor, only returns from the handler (the
+    // reactor serves nothing once orphaned) and ends: thread_exited() says
+    // when. The lock: start() may still be publishing the handle of this
+    // very thread (a handler can run before start() returns).
     std::lock_guard<std::mutex> lock(control_);
     reactor_->orphaned = true;
     reactor_->stop_requested = true;
-    reactor_->wake();
+    reactor_->shut_down();
     if (thread_) thread_->detach();
     return;
   }
@@ -185,8 +190,20 @@ void Dispatcher::start() {
   }
   reactor_->stop_requested = false;
   reactor_->thread_running = true;
+  std::promise<void> exited;
+  thread_exited_ = exited.get_future().share();
   thread_ = std::make_unique<std::thread>(
-      [reactor = reactor_] { detail::run_loop(reactor); });
+      [reactor = reactor_, exited = std::move(exited)]() mutable {
+        detail::run_loop(reactor);
+        reactor.reset();  // the last owner, once orphaned: ends here, not after
+        // Its last act (set_value_at_thread_exit's ordering is invisible to TSan).
+        exited.set_value();
+      });
+}
+
+std::shared_future<void> Dispatcher::thread_exited() const {
+  std::lock_guard<std::mutex> lock(control_);
+  return thread_exited_;
 }
 
 void Dispatcher::stop() {

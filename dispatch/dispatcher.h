@@ -44,8 +44,10 @@
 // used after it is destroyed, except that handles may be released (they are
 // inert then). Its destructor stops it; every fd still watched gets its
 // flags back, and tasks or injected events never dispatched are reported.
-// From inside one of its own handlers it does not wait: the thread finishes
-// that handler, stops and cleans up.
+// From inside one of its own handlers it does not wait for the thread (which
+// cannot join itself), but it has let go of every watched fd when it
+// returns: the thread then only returns from that handler, touching no fd
+// or object of the application's, and ends (thread_exited()).
 //
 // Fork: in a child forked after the Dispatcher was made, every handle and
 // the Dispatcher itself are inert: releasing or destroying them touches
@@ -62,6 +64,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -159,6 +162,12 @@ class Dispatcher {
   void stop();
   bool running() const noexcept;
   bool in_dispatcher_thread() const noexcept;
+  // Ready once the thread the last start() began is done (at once when none
+  // was started): it has let go of the reactor and touches nothing more. For
+  // a Dispatcher destroyed from one of its own handlers, whose thread cannot
+  // join itself: take this in the handler, before the destruction, and wait
+  // on it before the process exits.
+  std::shared_future<void> thread_exited() const;
 
   // For applications with their own loop: wait for fd() to be readable, then
   // call run_once(). Runs one turn, waiting up to `timeout` for something;
@@ -236,8 +245,9 @@ class Dispatcher {
 
  private:
   std::shared_ptr<detail::Reactor> reactor_;
-  std::mutex control_;                   // start() and stop() among app threads
+  mutable std::mutex control_;           // start() and stop() among app threads
   std::unique_ptr<std::thread> thread_;  // between start() and its join
+  std::shared_future<void> thread_exited_;  // the last started thread's
   std::unique_ptr<detail::Watchdog> watchdog_;
   std::shared_ptr<detail::DeviceTracker> tracker();
   mutable std::mutex tracker_mutex_;

@@ -182,8 +182,12 @@ void Reactor::run_posted() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     ready.swap(posted_);
   }
-  for (Task& task : ready) {
-    if (auto threw = exception_text(task)) {
+  for (std::size_t i = 0; i < ready.size(); ++i) {
+    if (orphaned.load()) {  // a task destroyed the Dispatcher
+      report_never_run(ready.size() - i);
+      return;
+    }
+    if (auto threw = exception_text(ready[i])) {
       report(Failure::handler_threw("task posted to the dispatcher", std::move(*threw)));
     }
   }
@@ -215,8 +219,12 @@ std::size_t Reactor::run_turn(int timeout_ms) {
     source->serve(events[i].events);
     source->guard().leave();
   }
-  // After the ready sources, so that what the deferred work delayed goes first.
-  for (Task& task : owed) task();
+  // After the ready sources, so that what the deferred work delayed goes
+  // first; none once a handler destroyed the Dispatcher (its CQs may be gone).
+  for (Task& task : owed) {
+    if (orphaned.load()) break;
+    task();
+  }
   turn_started_ns_ = 0;
   bump(stats_.turns);
   return static_cast<std::size_t>(n) + owed.size();
@@ -228,28 +236,41 @@ bool Reactor::work_waiting() const noexcept {
 }
 
 void Reactor::shut_down() noexcept {
-  std::size_t never_run = 0;
+  // Taken out under the lock, destroyed after it: a source's handler or a
+  // task may own a Handle (a timer that re-arms itself holds its own), and
+  // that Handle's release takes the lock again. Released now, it finds its
+  // source gone and returns.
+  std::vector<std::shared_ptr<Source>> retired;
+  std::deque<Task> never_run;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (std::shared_ptr<Source>& slot : by_fd_) {
-      if (auto source = std::move(slot)) {
-        static_cast<void>(retire_locked(*source));  // closed: nothing to give back
+      if (slot) {
+        static_cast<void>(retire_locked(*slot));  // closed: nothing to give back
+        retired.push_back(std::move(slot));
       }
     }
-    never_run = posted_.size();
-    posted_.clear();
+    never_run.swap(posted_);
   }
-  deferred_.clear();
-  if (never_run > 0) {
-    Failure failure;
-    failure.kind = Failure::Kind::kUndispatched;
-    failure.verb = "Dispatcher::~Dispatcher";
-    failure.what = std::to_string(never_run) +
-                   " posted task(s) or injected event(s) never dispatched: the "
-                   "Dispatcher was destroyed before a run_once() or its thread "
-                   "served them";
-    report(failure);
-  }
+  std::vector<Task> deferred;
+  deferred.swap(deferred_);
+  const std::size_t never_run_count = never_run.size();
+  retired.clear();
+  never_run.clear();
+  deferred.clear();
+  report_never_run(never_run_count);
+}
+
+void Reactor::report_never_run(std::size_t count) noexcept {
+  if (count == 0) return;
+  Failure failure;
+  failure.kind = Failure::Kind::kUndispatched;
+  failure.verb = "Dispatcher::~Dispatcher";
+  failure.what = std::to_string(count) +
+                 " posted task(s) or injected event(s) never dispatched: the "
+                 "Dispatcher was destroyed before a run_once() or its thread "
+                 "served them";
+  report(failure);
 }
 
 }  // namespace ibev::detail

@@ -96,6 +96,8 @@ class Reactor {
 
   // The Dispatcher is gone: every fd still watched gets its flags back
   // (handles still held become inert), posted tasks never run are reported.
+  // On the destroying thread, the dispatching one included (from a handler);
+  // what it drops is destroyed outside every lock.
   void shut_down() noexcept;
 
   // False in a child forked after the reactor was made.
@@ -107,12 +109,13 @@ class Reactor {
   std::atomic<bool> thread_running{false};  // between start() and its join
   std::atomic<bool> driving{false};         // a thread is inside run_once
   std::atomic<std::thread::id> dispatcher_thread{};
-  // Destroyed from inside its own handler: the thread, which holds the
-  // reactor, shuts it down itself when its loop ends.
+  // Destroyed from inside its own handler, and shut down there: the thread,
+  // which holds the reactor, serves nothing more and runs no task.
   std::atomic<bool> orphaned{false};
 
  private:
   void run_posted() noexcept;
+  void report_never_run(std::size_t count) noexcept;
   // The slot holding the source `id` names; null when it left.
   std::shared_ptr<Source>* slot_locked(std::uint64_t id) noexcept;
 

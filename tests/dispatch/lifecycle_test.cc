@@ -10,10 +10,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -25,6 +29,7 @@ using namespace std::chrono_literals;
 using ibev::Dispatcher;
 using ibev::Event;
 using ibev::Registry;
+namespace bdata = boost::unit_test::data;
 
 namespace {
 
@@ -60,11 +65,16 @@ struct FakeDevice {
   ibv_context context{};
 };
 
-// Runs `child` in a forked child and returns its exit status (0: it passed).
-int in_child(const std::function<int()>& child) {
+// Runs `child` in a forked child and returns its exit status (0: it passed;
+// 100 + the signal that ended it). `alarm_seconds`: a child still running
+// then is ended by SIGALRM, so a hang fails the test instead of the suite.
+int in_child(const std::function<int()>& child, unsigned alarm_seconds = 0) {
   const pid_t pid = ::fork();
   BOOST_REQUIRE(pid >= 0);
-  if (pid == 0) ::_exit(child());
+  if (pid == 0) {
+    if (alarm_seconds > 0) ::alarm(alarm_seconds);
+    ::_exit(child());
+  }
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
@@ -112,25 +122,80 @@ BOOST_AUTO_TEST_CASE(a_stop_asked_by_the_first_handler_is_never_lost) {
   }
 }
 
-// It used to call std::terminate (the thread joining itself).
+// Pending work that owns a Handle of the same Dispatcher: a timer whose task
+// holds the state that holds the timer's own Handle (the self-rearming
+// pattern), or a task posted and never run that owns a watch's Handle.
+enum class PendingWork { kTimerOwningItsHandle, kPostedTaskOwningAHandle };
+std::ostream& operator<<(std::ostream& out, PendingWork work) {
+  return out << (work == PendingWork::kTimerOwningItsHandle ? "timer" : "posted task");
+}
+const PendingWork kPendingWork[] = {PendingWork::kTimerOwningItsHandle,
+                                    PendingWork::kPostedTaskOwningAHandle};
+
+// ~Dispatcher used to destroy pending work under the reactor's lock, and the
+// Handle that work owned took the same lock on release: the destructor never
+// returned. In a child with an alarm, so that a hang fails this case.
+BOOST_DATA_TEST_CASE(destroying_a_dispatcher_whose_pending_work_owns_a_handle,
+                     bdata::make(kPendingWork) * bdata::make({false, true}), work, started) {
+  const int status = in_child(
+      [work, started = bool(started)] {
+        struct State {
+          ibev::Handle handle;
+        };
+        FakeDevice fake;
+        auto dispatcher = std::make_unique<Dispatcher>();
+        auto state = std::make_shared<State>();
+        if (work == PendingWork::kTimerOwningItsHandle) {
+          state->handle = dispatcher->call_after(60s, [state] {});
+        } else {
+          state->handle = dispatcher->watch_async_events(&fake.context);
+          dispatcher->post([state] {});
+        }
+        state.reset();  // the pending work is its only owner now
+        if (started) dispatcher->start();
+        dispatcher.reset();
+        return fake.nonblocking() ? 3 : 0;
+      },
+      10);
+  BOOST_TEST(status == 0, "the child ended with " << status << " (114: hung, SIGALRM)");
+}
+
+// It used to call std::terminate (the thread joining itself). Then the
+// detached thread let go of the watched fds only after the handler returned,
+// racing the application's close() of them (TSan): the fd must be the
+// application's again when the destructor returns, and thread_exited() says
+// when the thread is gone.
 BOOST_AUTO_TEST_CASE(destroying_the_dispatcher_from_its_own_handler) {
   ibv_context device{};
   FakeDevice fake;
   auto dispatcher = std::make_unique<Dispatcher>();
   Registry& registry = dispatcher->registry();
   ibev::Handle watch = dispatcher->watch_async_events(&fake.context);
-  std::promise<void> done;
+  std::promise<bool> blocking_again;
+  std::shared_future<void> exited;
   ibev::Handle destroyer = registry.listen(&device, [&](const Event&) {
+    exited = dispatcher->thread_exited();
     dispatcher.reset();
-    done.set_value();  // the handler goes on after its Dispatcher is gone
+    blocking_again.set_value(!fake.nonblocking());  // the handler goes on after it
   });
   dispatcher->inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
-  dispatcher->start();
-  BOOST_REQUIRE(done.get_future().wait_for(5s) == std::future_status::ready);
-  // The thread cleans up after the handler: the fd gets its flags back.
-  for (int i = 0; i < 500 && fake.nonblocking(); ++i) std::this_thread::sleep_for(10ms);
-  BOOST_TEST(!fake.nonblocking());
+  dispatcher->start();  // its handler may destroy it before start() returns
+  auto heard = blocking_again.get_future();
+  BOOST_REQUIRE(heard.wait_for(5s) == std::future_status::ready);
+  BOOST_TEST(heard.get(), "the fd was still the dispatcher's when its destructor returned");
+  fake.close_async_fd();  // the application's to close now
+  BOOST_TEST((exited.wait_for(5s) == std::future_status::ready));
   watch.release();  // inert, and harmless
+}
+
+BOOST_AUTO_TEST_CASE(thread_exited_follows_each_start) {
+  Dispatcher dispatcher;
+  BOOST_TEST((dispatcher.thread_exited().wait_for(0s) == std::future_status::ready));
+  dispatcher.start();
+  const std::shared_future<void> exited = dispatcher.thread_exited();
+  BOOST_TEST((exited.wait_for(0s) == std::future_status::timeout));
+  dispatcher.stop();
+  BOOST_TEST((exited.wait_for(0s) == std::future_status::ready));
 }
 
 BOOST_AUTO_TEST_CASE(stop_waits_for_the_running_handler) {

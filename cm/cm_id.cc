@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -130,6 +131,9 @@ struct CmIdState {
 struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
   CmChannelState(rdma_event_channel* c, unsigned b, Registry& r)
       : channel(c), batch(b), registry(r) {}
+  // In a child forked after the channel was made, its ids are the parent's:
+  // rdma_destroy_id on the shared CM file would destroy them there.
+  bool inherited() const noexcept { return ::getpid() != process; }
   // The last id is gone (each keeps the channel alive), and so is serving.
   ~CmChannelState() { rdma_destroy_event_channel(channel); }
 
@@ -161,6 +165,7 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
 
   rdma_event_channel* const channel;
   const unsigned batch;
+  const pid_t process = ::getpid();  // that made it
   Registry& registry;                   // the Dispatcher's: where failures go
   std::weak_ptr<CmEventChannel> owner;  // set once, before serving starts
   CmAtomicStats stats;
@@ -548,7 +553,9 @@ void CmId::close() noexcept {
   channel_->state_->remove(id);  // an event read from now on is not routed
   state_->guard.close();
   state_->guard.wait_idle();
-  {
+  if (channel_->state_->inherited()) {
+    state_->id.store(nullptr);  // the parent's: forgotten, not destroyed
+  } else {
     std::lock_guard<std::mutex> calls(channel_->state_->calls);
     state_->id.store(nullptr);
     if (rdma_destroy_id(id) != 0) {
@@ -558,7 +565,7 @@ void CmId::close() noexcept {
       channel_->state_->report(std::move(failure));
     }
   }
-  if (state_->device_removed) release_removed_devices();
+  if (state_->device_removed && !channel_->state_->inherited()) release_removed_devices();
   std::shared_ptr<QueuePair> qp;  // let go outside the lock
   {
     std::lock_guard<std::mutex> lock(state_->mutex);

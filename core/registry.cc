@@ -42,7 +42,7 @@ struct RegistryState {
     // Counting allocates a device's counters the first time: if even that
     // fails, the failure is still said.
     static_cast<void>(exception_text([&] { count(failure); }));
-    send_to(sink, failure);
+    send_to(sink_detached.load() ? FailureSink{} : sink, failure);
   }
 
   void count(const Failure& failure) {
@@ -59,6 +59,7 @@ struct RegistryState {
   }
 
   const FailureSink sink;
+  std::atomic<bool> sink_detached{false};
   ObjectHandlers objects;
   std::shared_mutex devices_mutex;
   std::unordered_map<ibv_context*, std::shared_ptr<DeviceState>> devices;
@@ -330,6 +331,8 @@ std::size_t Registry::deliver(const Delivery& delivery) {
 }
 
 void Registry::report(const Failure& failure) noexcept { state_->report(failure); }
+
+void Registry::detach_failure_sink() noexcept { state_->sink_detached = true; }
 
 // The listeners go with the last Delivery resolved before, which holds the
 // state and still reaches who it named.

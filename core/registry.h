@@ -152,6 +152,10 @@ class Registry {
 
   // Counts `failure` for its device and hands it to the sink. Never throws.
   void report(const Failure& failure) noexcept;
+  // From now on failures go to stderr: the sink's owner is gone (a
+  // Dispatcher's destructor says so for the Registry it outlives in the
+  // objects made through it).
+  void detach_failure_sink() noexcept;
 
   CounterSnapshot counters(ibv_context* device) const;
 

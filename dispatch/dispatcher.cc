@@ -126,7 +126,7 @@ void require_owner_process(const Reactor& reactor, const char* verb) {
 
 Dispatcher::Dispatcher() : Dispatcher(Options{}) {}
 
-Dispatcher::Dispatcher(Options options) {
+Dispatcher::Dispatcher(Options options) : self_(this, [](Dispatcher*) {}) {
   std::promise<void> none_started;
   none_started.set_value();
   thread_exited_ = none_started.get_future().share();
@@ -144,6 +144,7 @@ Dispatcher::Dispatcher(Options options) {
 }
 
 Dispatcher::~Dispatcher() {
+  self_.reset();
   if (!reactor_->in_owner_process()) {
     // A forked child's copy: the parent's threads do not exist here, and the
     // epoll set and fds are the parent's. Nothing to join, nothing to undo.
@@ -163,14 +164,20 @@ Dispatcher::~Dispatcher() {
     reactor_->orphaned = true;
     reactor_->stop_requested = true;
     reactor_->shut_down();
+    reactor_->registry().detach_failure_sink();
     if (thread_) thread_->detach();
     return;
   }
   stop();
   reactor_->shut_down();
+  reactor_->registry().detach_failure_sink();
 }
 
 Registry& Dispatcher::registry() noexcept { return reactor_->registry(); }
+
+std::shared_ptr<Registry> Dispatcher::shared_registry() const noexcept {
+  return std::shared_ptr<Registry>(reactor_, &reactor_->registry());
+}
 
 void Dispatcher::start() {
   detail::require_owner_process(*reactor_, "Dispatcher::start");

@@ -40,9 +40,10 @@
 // without a turn (start() forgotten, run_once() not called), and kStalled
 // when one turn (a handler) holds the dispatching thread that long.
 //
-// Lifetime: Devices, CQs and handles made through a Dispatcher must not be
-// used after it is destroyed, except that handles may be released (they are
-// inert then). Its destructor stops it; every fd still watched gets its
+// Lifetime: what was made through a Dispatcher may outlive it. Handles are
+// inert then; the verbs/ wrappers (a Device, what is made on it) may still
+// be dropped or close()d, which runs their destroy verbs only, and their
+// calls that need the Dispatcher (making a CQ, a drain) throw ENODEV. Its destructor stops it; every fd still watched gets its
 // flags back, and tasks or injected events never dispatched are reported.
 // From inside one of its own handlers it does not wait for the thread (which
 // cannot join itself), but it has let go of every watched fd when it
@@ -52,9 +53,11 @@
 // Fork: in a child forked after the Dispatcher was made, every handle and
 // the Dispatcher itself are inert: releasing or destroying them touches
 // neither the parent's epoll set nor its fds' flags (nor acks its CQ
-// events), and start() and run_once() throw. As rdma-core's objects are not
-// usable in the child (ibv_fork_init(3)), a child may only drop what it
-// inherited, or exec.
+// events), and start() and run_once() throw; so are the verbs/ wrappers
+// (verbs/ownership.h: no destroy verb runs on the uverbs file the child
+// shares with the parent). As rdma-core's objects are not usable in the
+// child (ibv_fork_init(3)), a child may only drop what it inherited, or
+// exec.
 #ifndef IBEV_DISPATCH_DISPATCHER_H_
 #define IBEV_DISPATCH_DISPATCHER_H_
 
@@ -151,6 +154,13 @@ class Dispatcher {
 
   // Where this Dispatcher routes async events; lives as long as it does.
   Registry& registry() noexcept;
+  // For objects made through this Dispatcher that may outlive it (the
+  // verbs/ wrappers): its Registry, alive while the pointer is held, and a
+  // reference to the Dispatcher that expires when its destructor starts.
+  // Past the Dispatcher its handles are inert and its Registry's failures go
+  // to stderr (Options::on_failure may be gone with it).
+  std::shared_ptr<Registry> shared_registry() const noexcept;
+  std::weak_ptr<Dispatcher> weak_ref() const noexcept { return self_; }
 
   // Starts the dispatcher thread. Throws std::logic_error if it is running,
   // from the dispatcher thread, while run_once() runs, or in a forked child.
@@ -244,6 +254,9 @@ class Dispatcher {
   DispatcherStats stats() const noexcept;
 
  private:
+  // Owns nothing (a no-op deleter): weak_ref()'s anchor, reset first thing
+  // in the destructor.
+  std::shared_ptr<Dispatcher> self_;
   std::shared_ptr<detail::Reactor> reactor_;
   mutable std::mutex control_;           // start() and stop() among app threads
   std::unique_ptr<std::thread> thread_;  // between start() and its join

@@ -93,7 +93,7 @@ CompletionQueue::CompletionQueue(Token, std::shared_ptr<Device> device,
     : device_(std::move(device)),
       shared_channel_(std::move(shared_channel)),
       mode_(mode),
-      served_by_(served_by),
+      served_by_(served_by != nullptr ? served_by->weak_ref() : std::weak_ptr<Dispatcher>{}),
       own_channel_(own_channel, device_->context(), &device_->registry()),
       cq_(cq, device_->context(), &device_->registry()) {}
 
@@ -105,8 +105,9 @@ void CompletionQueue::close() noexcept {
 }
 
 CompletionStats CompletionQueue::completion_stats() const {
-  if (served_by_ == nullptr || cq_.get() == nullptr) return {};
-  return served_by_->completion_stats(cq_.get());
+  const std::shared_ptr<Dispatcher> served_by = served_by_.lock();
+  if (!served_by || cq_.get() == nullptr) return {};
+  return served_by->completion_stats(cq_.get());
 }
 
 }  // namespace ibev

@@ -67,8 +67,8 @@ struct CompletionQueueOptions {
   std::shared_ptr<CompletionChannel> channel;
   // The mode, batches, budget, executor.
   CompletionOptions completion;
-  // The Dispatcher that serves the completions; null: the device's. It must
-  // outlive the CQ.
+  // The Dispatcher that serves the completions; null: the device's. The CQ
+  // may outlive it, as a Device may (verbs/device.h).
   Dispatcher* dispatcher = nullptr;
   int comp_vector = 0;
 };
@@ -97,8 +97,9 @@ class CompletionQueue : public detail::Closeable {
   ibv_cq* get() const noexcept { return cq_.get(); }
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
   CompletionMode mode() const noexcept { return mode_; }
-  // The Dispatcher serving its completions; null for kPolled.
-  Dispatcher* served_by() const noexcept { return served_by_; }
+  // The Dispatcher serving its completions; null for kPolled, or once that
+  // Dispatcher is destroyed.
+  Dispatcher* served_by() const noexcept { return served_by_.lock().get(); }
   // Zero for a kPolled CQ, or once closed.
   CompletionStats completion_stats() const;
   void close() noexcept override;
@@ -116,7 +117,7 @@ class CompletionQueue : public detail::Closeable {
   std::shared_ptr<Device> device_;
   std::shared_ptr<CompletionChannel> shared_channel_;
   const CompletionMode mode_;
-  Dispatcher* const served_by_;  // null for kPolled
+  const std::weak_ptr<Dispatcher> served_by_;  // empty for kPolled
   // Before cq_: destroyed after it.
   detail::Owned<ibv_comp_channel, ibv_destroy_comp_channel, detail::kDestroyCompChannel>
       own_channel_;

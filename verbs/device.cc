@@ -77,8 +77,9 @@ std::shared_ptr<Device> Device::open_device(Dispatcher& dispatcher, ibv_device* 
 }
 
 Device::Device(Token, Dispatcher& dispatcher, ibv_context* context, LossHook on_lost)
-    : dispatcher_(dispatcher),
-      context_(context, context, &dispatcher.registry()),
+    : dispatcher_(dispatcher.weak_ref()),
+      registry_(dispatcher.shared_registry()),
+      context_(context, context, registry_.get()),
       name_(ibv_get_device_name(context->device)),
       node_(context->device->dev_name),
       on_lost_(std::move(on_lost)) {
@@ -193,6 +194,12 @@ void Device::track(std::weak_ptr<detail::Closeable> object) {
 }
 
 void Device::close() noexcept {
+  if (context_.inherited()) {
+    // A forked child's copy: its objects and context are the parent's, and
+    // locks held by the parent's threads at the fork stay held here.
+    context_.close();
+    return;
+  }
   std::lock_guard<std::mutex> closing(close_mutex_);
   std::vector<std::weak_ptr<detail::Closeable>> objects;
   {
@@ -206,6 +213,12 @@ void Device::close() noexcept {
   // have its address yet.
   if (ibv_context* context = context_.get()) registry().forget(context);
   context_.close();
+}
+
+Dispatcher& Device::dispatcher() const {
+  if (const std::shared_ptr<Dispatcher> dispatcher = dispatcher_.lock()) return *dispatcher;
+  throw std::system_error(ENODEV, std::generic_category(),
+                          "Device::dispatcher: " + name_ + "'s Dispatcher was destroyed");
 }
 
 Handle Device::on_event(EventFilter filter, Handler handler, Executor executor) {

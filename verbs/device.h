@@ -32,8 +32,12 @@
 // of PORT_ACTIVE reads the port active.
 //
 // Thread-safety: all members may be called from any thread. Handlers given to
-// on_event() run on the dispatching thread unless given an executor. The
-// Dispatcher must outlive the Device (see dispatch/dispatcher.h).
+// on_event() run on the dispatching thread unless given an executor.
+//
+// Lifetime: the Device (and so whatever holds it: a memory region, a CQ) may
+// outlive its Dispatcher. It keeps the Dispatcher's Registry alive (inert
+// handles, failures to stderr); dropping or closing it then runs the destroy
+// verbs only, and dispatcher() throws ENODEV.
 #ifndef IBEV_VERBS_DEVICE_H_
 #define IBEV_VERBS_DEVICE_H_
 
@@ -95,8 +99,9 @@ class Device : public std::enable_shared_from_this<Device> {
   const std::string& node() const noexcept { return node_; }
   // kNone while the device is there; why it is gone after.
   DeviceLoss loss() const noexcept { return loss_.load(); }
-  Dispatcher& dispatcher() const noexcept { return dispatcher_; }
-  Registry& registry() const noexcept { return dispatcher_.registry(); }
+  // Throws std::system_error(ENODEV) once the Dispatcher is destroyed.
+  Dispatcher& dispatcher() const;
+  Registry& registry() const noexcept { return *registry_; }
 
   // A device-wide listener (ib_register_event_handler): port and device
   // events that `filter` takes.
@@ -135,7 +140,8 @@ class Device : public std::enable_shared_from_this<Device> {
   void deliver(Delivery delivery);
   void refresh_port(std::uint8_t port) noexcept;
 
-  Dispatcher& dispatcher_;
+  const std::weak_ptr<Dispatcher> dispatcher_;
+  const std::shared_ptr<Registry> registry_;  // before context_: outlives it
   detail::Owned<ibv_context, ibv_close_device, detail::kCloseDevice> context_;
   const std::string name_;
   const std::string node_;

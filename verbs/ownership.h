@@ -14,6 +14,13 @@
 // sees the object or null, never a torn value. Using the object it got is
 // still the caller's business (verbs/device.h: stop posting first).
 //
+// Fork: a forked child shares the parent's uverbs file, so a destroy verb
+// run there destroys the parent's object (ibv_fork_init(3): the child may not
+// use them). An Owned inherited by a child is inert: close() forgets the
+// object without its destroy verb and its handles without releasing them
+// (locks the parent's threads held at the fork stay held in the child), so
+// a child may drop whatever it inherited, then exit or exec.
+//
 // Closeable is what Device::close() reaches: every wrapper made on a device
 // is one, so that an application can tear down everything of a device (after
 // DEVICE_FATAL, say) without finding every shared_ptr.
@@ -21,9 +28,12 @@
 #define IBEV_VERBS_OWNERSHIP_H_
 
 #include <infiniband/verbs.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,6 +76,8 @@ class Owned {
     return object;
   }
   void serve_with(Handle handle) { handles_.push_back(std::move(handle)); }
+  // True in a child forked after the object was made: it is the parent's.
+  bool inherited() const noexcept { return ::getpid() != owner_; }
 
   // Gives the object up without destroying it, its handles released first:
   // the caller destroys it (a QP draining before its destroy).
@@ -76,9 +88,15 @@ class Owned {
   }
 
   void close() noexcept {
+    if (inherited()) {
+      // The parent's threads may have held any lock a release would take
+      // when the child was forked: its handles are let go of unreleased.
+      static_cast<void>(std::make_unique<std::vector<Handle>>(std::move(handles_)).release());
+    }
     for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) it->release();
     handles_.clear();
-    if (T* object = object_.exchange(nullptr, std::memory_order_acq_rel)) {
+    T* object = object_.exchange(nullptr, std::memory_order_acq_rel);
+    if (object != nullptr && !inherited()) {
       if (const int rc = Destroy(object); rc != 0) {
         report_destroy_failure(registry_, device_, Verb, rc, object);
       }
@@ -90,6 +108,7 @@ class Owned {
   ibv_context* device_ = nullptr;
   Registry* registry_ = nullptr;
   std::vector<Handle> handles_;
+  pid_t owner_ = ::getpid();
 };
 
 }  // namespace ibev::detail

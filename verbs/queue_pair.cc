@@ -2,6 +2,7 @@
 
 #include <ibev/core/happens_before.h>
 #include <ibev/dispatch/event_wait.h>
+#include <ibev/verbs/test_seams.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +17,8 @@
 #include <vector>
 
 namespace ibev {
+
+void (*detail::test_seams::before_drain_posts)(ibv_qp*) = nullptr;
 
 namespace {
 
@@ -63,6 +66,11 @@ class Drain {
     if (last) finish({});
   }
 
+  bool finished() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return finished_;
+  }
+
   void finish(std::error_code error) noexcept {
     std::vector<Handle> handles;
     {
@@ -87,7 +95,7 @@ class Drain {
   std::vector<Handle> handles_;
 };
 
-enum class Queues { kBoth, kSend, kReceive };
+using Queues = detail::DrainedQueues;
 
 bool polled(const std::shared_ptr<CompletionQueue>& cq) {
   return cq->mode() == CompletionMode::kPolled;
@@ -102,14 +110,14 @@ struct PolledMarker {
 
 // Polls the CQs of `markers` until each has come, handing every other
 // completion to `handler`; `arrived` for each marker; false when `timeout`
-// passed first.
+// passed first. Stops early once `drain` finished otherwise (a close()).
 template <typename Arrived>
 bool poll_for_markers(std::vector<PolledMarker> markers, std::uint32_t qp_num,
                       const CompletionHandler& handler, std::chrono::milliseconds timeout,
-                      const Arrived& arrived) {
+                      Drain& drain, const Arrived& arrived) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::array<ibv_wc, 32> wcs;
-  while (!markers.empty()) {
+  while (!markers.empty() && !drain.finished()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     ibv_cq* cq = markers.front().cq;
     const int n = ibv_poll_cq(cq, static_cast<int>(wcs.size()), wcs.data());
@@ -140,8 +148,11 @@ bool poll_for_markers(std::vector<PolledMarker> markers, std::uint32_t qp_num,
 // timer), then the QP goes to ERR and the markers are posted; markers on
 // kPolled CQs are polled for here. `done` runs once. Throws (and `done`
 // never runs) when it cannot start.
+// `track`: told of the drain once it exists, before its verbs, so that a
+// close() can end it; it throws to refuse (the QP is closing).
 void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events, Queues queues,
-                 const DrainOptions& options, DrainDone done) {
+                 const DrainOptions& options, DrainDone done,
+                 const std::function<void(const std::shared_ptr<Drain>&)>& track = {}) {
   if (qp->qp_type == IBV_QPT_UD) {
     throw std::invalid_argument("QueuePair::drain: RC, UC and XRC QPs only (as ib_drain_qp)");
   }
@@ -167,6 +178,7 @@ void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events
   drain->expect((send ? 1 : 0) + (receive ? 1 : 0) + (last_wqe ? 1 : 0));
   bool timed = false;
   try {
+    if (track) track(drain);
     const auto take = [&](const std::shared_ptr<CompletionQueue>& cq, bool is_send) {
       const std::uint64_t marker_id = is_send ? send_marker : receive_marker;
       if (polled(cq)) {
@@ -174,7 +186,12 @@ void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events
         return;
       }
       timed = true;
-      drain->hold(cq->served_by()->take_completion(
+      Dispatcher* served_by = cq->served_by();
+      if (served_by == nullptr) {
+        throw std::system_error(ENODEV, std::generic_category(),
+                                "QueuePair::drain: the CQ's Dispatcher was destroyed");
+      }
+      drain->hold(served_by->take_completion(
           cq->get(), qp->qp_num, marker_id, [weak = std::weak_ptr<Drain>(drain), is_send](const ibv_wc&) {
             if (auto drain = weak.lock()) {
               drain->arrived([is_send](DrainReport& report) {
@@ -212,6 +229,9 @@ void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events
     if (const int rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE); rc != 0) {
       throw_system_error("ibv_modify_qp(ERR)", rc);
     }
+    if (detail::test_seams::before_drain_posts != nullptr) {
+      detail::test_seams::before_drain_posts(qp);
+    }
     if (send) {
       ibv_send_wr wr{};
       wr.wr_id = send_marker;
@@ -243,7 +263,7 @@ void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events
   if (polled_markers.empty()) return;
   try {
     const bool all_came = poll_for_markers(
-        std::move(polled_markers), qp->qp_num, options.polled, options.timeout,
+        std::move(polled_markers), qp->qp_num, options.polled, options.timeout, *drain,
         [&](bool is_send) {
           drain->arrived([is_send](DrainReport& report) {
             (is_send ? report.send_drained : report.receive_drained) = true;
@@ -262,27 +282,16 @@ void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events
 class DrainingQp : public detail::Closeable {
  public:
   DrainingQp(ibv_qp* qp, std::shared_ptr<ProtectionDomain> pd, QueuePairOptions parents)
-      : qp_(qp), pd_(std::move(pd)), parents_(std::move(parents)) {}
-  ~DrainingQp() override { close(); }
+      : pd_(std::move(pd)),
+        parents_(std::move(parents)),
+        qp_(qp, qp->context, &pd_->device()->registry()) {}
 
-  void close() noexcept override {
-    ibv_qp* qp;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      qp = std::exchange(qp_, nullptr);
-    }
-    if (qp == nullptr) return;
-    if (const int rc = ibv_destroy_qp(qp); rc != 0) {
-      detail::report_destroy_failure(&pd_->device()->registry(), qp->context, "ibv_destroy_qp",
-                                     rc, qp);
-    }
-  }
+  void close() noexcept override { qp_.close(); }
 
  private:
-  std::mutex mutex_;
-  ibv_qp* qp_;
   const std::shared_ptr<ProtectionDomain> pd_;
   const QueuePairOptions parents_;  // its CQs and SRQ
+  detail::Owned<ibv_qp, ibv_destroy_qp, detail::kDestroyQp> qp_;
 };
 
 }  // namespace
@@ -330,9 +339,9 @@ QueuePair::QueuePair(Token, std::shared_ptr<ProtectionDomain> pd, Options option
 // the dispatching thread destroys it when its markers have come (or the
 // drain's timeout passed). A kPolled CQ is polled here, bounded.
 QueuePair::~QueuePair() {
-  if (!parents_.drain_on_destroy || qp_.get() == nullptr ||
+  if (!parents_.drain_on_destroy || qp_.get() == nullptr || qp_.inherited() ||
       pd_->device()->loss() != DeviceLoss::kNone) {
-    return;  // qp_ destroys it at once
+    return;  // qp_ destroys it at once (in a forked child: forgets it)
   }
   ibv_qp* qp = qp_.release();
   auto draining = std::make_shared<DrainingQp>(qp, pd_, parents_);
@@ -347,7 +356,62 @@ QueuePair::~QueuePair() {
   }
 }
 
-void QueuePair::close() noexcept { qp_.close(); }
+// Weak: a drain that ended (its timer or markers gone) is nobody's to end.
+struct QueuePair::Drains {
+  std::mutex mutex;
+  bool closing = false;
+  std::vector<std::weak_ptr<Drain>> running;
+};
+
+std::shared_ptr<QueuePair::Drains> QueuePair::drains() {
+  std::shared_ptr<Drains> drains = std::atomic_load(&drains_);
+  if (drains) return drains;
+  auto made = std::make_shared<Drains>();
+  return std::atomic_compare_exchange_strong(&drains_, &drains, made) ? made : drains;
+}
+
+// A drain that got past its check of the QP is either in its verbs (waited
+// for below) or registered (ended here), or both; one that registers after
+// `closing` is set is refused there.
+void QueuePair::close() noexcept {
+  if (qp_.inherited()) return qp_.close();  // a forked child's: no drain of its own
+  drain_verbs_.close();
+  if (const std::shared_ptr<Drains> drains = std::atomic_load(&drains_)) {
+    std::vector<std::weak_ptr<Drain>> running;
+    {
+      std::lock_guard<std::mutex> lock(drains->mutex);
+      drains->closing = true;
+      running.swap(drains->running);
+    }
+    for (const auto& weak : running) {
+      if (auto drain = weak.lock()) drain->finish(std::make_error_code(std::errc::operation_canceled));
+    }
+  }
+  drain_verbs_.wait_idle();  // not for a drain on this thread (close() from its callback)
+  qp_.close();
+}
+
+void QueuePair::run_drain(const char* verb, detail::DrainedQueues queues,
+                          const DrainOptions& options,
+                          std::function<void(const DrainReport&, std::error_code)> done) {
+  if (!drain_verbs_.try_enter()) detail::throw_closed(verb);
+  struct Leave {
+    detail::CallGuard& guard;
+    ~Leave() { guard.leave(); }
+  } leave{drain_verbs_};
+  ibv_qp* qp = qp_.require(verb);
+  const std::shared_ptr<Drains> drains = this->drains();
+  start_drain(qp, parents_, pd_->device()->dispatcher(), queues, options, std::move(done),
+              [&drains, verb](const std::shared_ptr<Drain>& drain) {
+                std::lock_guard<std::mutex> lock(drains->mutex);
+                if (drains->closing) detail::throw_closed(verb);
+                auto& running = drains->running;
+                running.erase(std::remove_if(running.begin(), running.end(),
+                                             [](const auto& weak) { return weak.expired(); }),
+                              running.end());
+                running.push_back(drain);
+              });
+}
 
 std::uint32_t QueuePair::qp_num() const { return qp_.require("QueuePair::qp_num")->qp_num; }
 
@@ -409,17 +473,14 @@ void QueuePair::resume_send_queue() {
 void QueuePair::drain_async(DrainOptions options,
                             std::function<void(const DrainReport&, std::error_code)> done) {
   if (!done) throw std::invalid_argument("QueuePair::drain_async: `done` is empty");
-  start_drain(qp_.require("QueuePair::drain"), parents_, pd_->device()->dispatcher(),
-              Queues::kBoth, options, std::move(done));
+  run_drain("QueuePair::drain", Queues::kBoth, options, std::move(done));
 }
 
-namespace {
-
-// The blocking form of start_drain: the caller waits, so it must not be the
-// thread that delivers the markers.
-DrainReport drain_and_wait(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events,
-                           Queues queues, const DrainOptions& options) {
-  for (const auto* cq : {&parents.send_cq, &parents.recv_cq}) {
+// The blocking form: the caller waits, so it must not be the thread that
+// delivers the markers.
+DrainReport QueuePair::drain_and_wait(const char* verb, detail::DrainedQueues queues,
+                                      const DrainOptions& options) {
+  for (const auto* cq : {&parents_.send_cq, &parents_.recv_cq}) {
     Dispatcher* served_by = (*cq)->served_by();
     if (served_by != nullptr && served_by->in_dispatcher_thread()) {
       throw std::logic_error(
@@ -430,36 +491,30 @@ DrainReport drain_and_wait(ibv_qp* qp, const QueuePairOptions& parents, Dispatch
   using Outcome = std::pair<DrainReport, std::error_code>;
   auto outcome = std::make_shared<std::promise<Outcome>>();
   std::future<Outcome> result = outcome->get_future();
-  start_drain(qp, parents, events, queues, options,
-              [outcome](const DrainReport& report, std::error_code error) {
-                outcome->set_value({report, error});
-              });
+  run_drain(verb, queues, options, [outcome](const DrainReport& report, std::error_code error) {
+    outcome->set_value({report, error});
+  });
   // The drain's own timer ends it; this bound is for a Dispatcher that
   // does not dispatch (stopped, or never started).
   const auto bound = options.timeout + options.last_wqe_timeout + std::chrono::seconds(1);
   if (result.wait_for(bound) != std::future_status::ready) {
-    throw_system_error("QueuePair::drain (is the Dispatcher running?)", ETIMEDOUT);
+    throw_system_error(std::string(verb) + " (is the Dispatcher running?)", ETIMEDOUT);
   }
   const Outcome got = result.get();
-  if (got.second) throw_system_error("QueuePair::drain", got.second.value());
+  if (got.second) throw_system_error(verb, got.second.value());
   return got.first;
 }
 
-}  // namespace
-
 DrainReport QueuePair::drain(const DrainOptions& options) {
-  return drain_and_wait(qp_.require("QueuePair::drain"), parents_, pd_->device()->dispatcher(),
-                        Queues::kBoth, options);
+  return drain_and_wait("QueuePair::drain", Queues::kBoth, options);
 }
 
 DrainReport QueuePair::drain_send(const DrainOptions& options) {
-  return drain_and_wait(qp_.require("QueuePair::drain_send"), parents_,
-                        pd_->device()->dispatcher(), Queues::kSend, options);
+  return drain_and_wait("QueuePair::drain_send", Queues::kSend, options);
 }
 
 DrainReport QueuePair::drain_receive(const DrainOptions& options) {
-  return drain_and_wait(qp_.require("QueuePair::drain_receive"), parents_,
-                        pd_->device()->dispatcher(), Queues::kReceive, options);
+  return drain_and_wait("QueuePair::drain_receive", Queues::kReceive, options);
 }
 
 void connect_rc_pair(QueuePair& a, QueuePair& b, const ConnectOptions& options) {

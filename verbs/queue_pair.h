@@ -24,6 +24,14 @@
 // 6.12 raises it, repeatedly: the wait takes the first). With
 // drain_on_destroy, dropping the last reference drains first, then destroys,
 // without blocking (the dispatching thread finishes it).
+//
+// close() racing a drain on another thread: close() waits while the drain
+// is inside its verbs (moving the QP to ERR, posting its markers), then ends
+// the drain with ECANCELED (the blocking forms throw it; drain_async's
+// `done` gets it, on the closing thread) before it destroys the QP. A drain
+// started after close() throws ENODEV. Posting (post_send, post_recv, the
+// plain verbs on get()) is not waited for: stop posting before closing, as
+// with rdma-core's ibv_destroy_qp.
 #ifndef IBEV_VERBS_QUEUE_PAIR_H_
 #define IBEV_VERBS_QUEUE_PAIR_H_
 
@@ -36,6 +44,7 @@
 #include <system_error>
 #include <optional>
 
+#include <ibev/core/call_guard.h>
 #include <ibev/core/registry.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/ownership.h>
@@ -46,6 +55,7 @@ namespace ibev {
 
 namespace detail {
 inline constexpr char kDestroyQp[] = "ibv_destroy_qp";
+enum class DrainedQueues : std::uint8_t { kBoth, kSend, kReceive };
 }  // namespace detail
 
 // What a peer needs to reach an RC QP: what ibv_rc_pingpong exchanges.
@@ -193,7 +203,8 @@ class QueuePair : public detail::Closeable {
   DrainReport drain_receive(const DrainOptions& options = {});
   // drain() without blocking: `done` runs once, on the dispatching thread
   // (or the CQ's executor), with the report, or the error (ETIMEDOUT, ...)
-  // as a non-empty error_code. Throws what drain() throws before it starts.
+  // as a non-empty error_code; ECANCELED on the thread that closed the QP
+  // meanwhile. Throws what drain() throws before it starts.
   void drain_async(DrainOptions options,
                    std::function<void(const DrainReport&, std::error_code)> done);
 
@@ -204,9 +215,20 @@ class QueuePair : public detail::Closeable {
   QueuePair(Token, std::shared_ptr<ProtectionDomain> pd, Options options, ibv_qp* qp);
 
  private:
+  // The drains in progress, which close() ends; made by the first drain.
+  struct Drains;
+  std::shared_ptr<Drains> drains();
+  void run_drain(const char* verb, detail::DrainedQueues queues, const DrainOptions& options,
+                 std::function<void(const DrainReport&, std::error_code)> done);
+  DrainReport drain_and_wait(const char* verb, detail::DrainedQueues queues,
+                             const DrainOptions& options);
+
   std::shared_ptr<ProtectionDomain> pd_;
   Options parents_;  // the CQs and SRQ, kept alive
   std::uint32_t psn_;
+  // Held by a drain while it is in its verbs: close() waits for it.
+  detail::CallGuard drain_verbs_;
+  std::shared_ptr<Drains> drains_;  // std::atomic_load/store: several threads
   detail::Owned<ibv_qp, ibv_destroy_qp, detail::kDestroyQp> qp_;
 };
 

@@ -5,7 +5,12 @@
 #include <fcntl.h>
 
 #include <atomic>
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
+#include <memory>
+#include <system_error>
+#include <vector>
 #include <functional>
 #include <thread>
 
@@ -110,6 +115,49 @@ BOOST_AUTO_TEST_CASE(a_cq_outliving_its_dispatcher_is_destroyed_without_waiting)
         ibv_destroy_cq(cq);
       },
       10s));
+}
+
+// A memory region (and so its domain and Device) held past the Env and
+// Dispatcher that made it used to reach the freed Dispatcher when dropped
+// (ASan: heap-use-after-free in Device::close). Either order of teardown:
+// after the Dispatcher, what needs it says ENODEV, and dropping runs the
+// destroy verbs only; before it, as always.
+BOOST_DATA_TEST_CASE(verbs_objects_dropped_after_or_before_their_dispatcher,
+                     boost::unit_test::data::make({true, false}), dispatcher_first) {
+  auto env = std::make_unique<Env>(test_device());
+  std::vector<char> memory(4096);
+  auto mr = MemoryRegion::create(env->pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  auto cq = CompletionQueue::create(env->device, [](const CompletionBatch&) {}, nullptr);
+  std::shared_ptr<QueuePair> qp;
+  {
+    QueuePair::Options options;  // holds the CQ too
+    options.send_cq = options.recv_cq = cq;
+    qp = QueuePair::create(env->pd, nullptr, options);
+  }
+  std::weak_ptr<Device> device = env->device;
+  const auto gone = [](const std::system_error& e) {
+    return e.code() == std::errc::no_such_device;
+  };
+  if (dispatcher_first) {
+    env.reset();
+    BOOST_REQUIRE(!device.expired());  // the memory region holds it
+    BOOST_CHECK_EXCEPTION(device.lock()->dispatcher(), std::system_error, gone);
+    BOOST_CHECK_EXCEPTION(
+        CompletionQueue::create(device.lock(), [](const CompletionBatch&) {}, nullptr),
+        std::system_error, gone);
+    BOOST_CHECK_EXCEPTION(qp->drain(), std::system_error, gone);
+    BOOST_TEST(cq->served_by() == nullptr);
+    BOOST_TEST(cq->completion_stats().events == 0u);
+  }
+  BOOST_TEST(finishes_within(
+      [&] {
+        qp.reset();
+        cq.reset();
+        mr.reset();
+      },
+      10s));
+  env.reset();
+  BOOST_TEST(device.expired());  // closed whole
 }
 
 // Releasing a channel's last CQ takes the channel out of the epoll set and

@@ -7,6 +7,9 @@
 // device open (../shared/rxe-6.12-and-device-removal.md), so a hang here is
 // the bug, bounded by a watch that closes everything and fails.
 #define BOOST_TEST_MODULE ibev_softroce_device_lifecycle
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -163,6 +166,57 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
     resources.clear();
     listeners.clear();
   }
+  BOOST_TEST(failures.lines().empty(), failures.summary());
+}
+
+// A forked child that drops what it inherited used to run the destroy verbs
+// on the uverbs file it shares with the parent: the parent's QPs went to
+// error under their traffic, the child hung, and the parent's device could
+// not be deleted any more. Now everything a child inherited is inert there.
+BOOST_AUTO_TEST_CASE(a_forked_child_dropping_what_it_inherited_leaves_the_parent_alone) {
+  FailureLog failures;
+  auto dispatcher = std::make_unique<Dispatcher>(failures.options(DeviceMonitor::kUevents));
+  dispatcher->start();
+  WorkerThread worker;
+  std::atomic<int> completions{0};
+  std::atomic<int> after_close{0};
+  auto device = Device::open(*dispatcher, test_device());
+  auto workload = std::make_unique<Workload>(device, worker.executor(), completions, after_close);
+  BOOST_REQUIRE_MESSAGE(grows_by(completions, 50), "no traffic before the fork");
+
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(20);  // a hang fails the parent's check below, not the suite
+    workload.reset();
+    device.reset();
+    dispatcher.reset();
+    ::_exit(0);
+  }
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+             "the child did not exit cleanly (status " << status << ")");
+
+  // The parent's objects are whole: its traffic goes on, its QP is in RTS.
+  BOOST_TEST(grows_by(completions, 200), "the parent's traffic stopped when the child left");
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  BOOST_TEST(ibv_query_qp(workload->a->get(), &attr, IBV_QP_STATE, &init) == 0);
+  BOOST_TEST(attr.qp_state == IBV_QPS_RTS);
+  BOOST_TEST(after_close.load() == 0);
+
+  // And its device can still be deleted while held (ibev closes it), then re-added.
+  workload->stop();
+  BlockingCommand deleting("rdma link delete " + test_device());
+  if (!deleting.wait(20s)) {
+    device->close();
+    deleting.wait(60s);
+    BOOST_FAIL("rdma link delete did not return within 20 s after the child left");
+  }
+  BOOST_TEST(device->loss() == DeviceLoss::kRemoved);
+  workload.reset();
+  run_command("rdma link add " + test_device() + " type rxe netdev " + test_netdev());
   BOOST_TEST(failures.lines().empty(), failures.summary());
 }
 

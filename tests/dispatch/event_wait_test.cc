@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +36,31 @@ struct Fixture {
 };
 
 std::string outcome(const WaitResult& result) { return std::string(ibev::to_string(result.outcome)); }
+
+// Drives the loop from this thread until `done`, or 5 s.
+bool run_until(Dispatcher& dispatcher, const std::function<bool()>& done) {
+  const auto limit = std::chrono::steady_clock::now() + 5s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > limit) return false;
+    dispatcher.run_once(10ms);
+  }
+  return true;
+}
+
+// Until what was posted or injected before it has been delivered: posted
+// work runs in order, so a marker posted last has run after all of it.
+bool settle(Dispatcher& dispatcher) {
+  auto marker = std::make_shared<std::atomic<bool>>(false);
+  dispatcher.post([marker] { *marker = true; });
+  return run_until(dispatcher, [&] { return marker->load(); });
+}
+
+// Runs turns for `period`: for what must NOT happen within it (an absence
+// is proved only by waiting past the moment it would have come).
+void run_for(Dispatcher& dispatcher, std::chrono::milliseconds period) {
+  const auto until = std::chrono::steady_clock::now() + period;
+  while (std::chrono::steady_clock::now() < until) dispatcher.run_once(5ms);
+}
 
 }  // namespace
 
@@ -64,35 +91,31 @@ BOOST_AUTO_TEST_CASE(nothing_comes_it_times_out_on_its_own_clock) {
 }
 
 BOOST_AUTO_TEST_CASE(the_callback_form_fires_once_with_the_event_or_the_timeout) {
-  dispatcher->start();
-  std::promise<std::string> first, second;
-  std::atomic<int> calls{0};
+  std::vector<std::string> first, second;
   ibev::Handle heard = ibev::wait_for(*dispatcher, &qp, {IBV_EVENT_COMM_EST}, 10s,
-                                      [&](const WaitResult& r) {
-                                        ++calls;
-                                        first.set_value(outcome(r));
-                                      });
+                                      [&](const WaitResult& r) { first.push_back(outcome(r)); });
   dispatcher->inject(&device, IBV_EVENT_COMM_EST, &qp);
   dispatcher->inject(&device, IBV_EVENT_COMM_EST, &qp);
-  BOOST_REQUIRE(first.get_future().wait_for(5s) == std::future_status::ready);
+  BOOST_REQUIRE(settle(*dispatcher));  // both injected events delivered
+  BOOST_TEST(first == std::vector<std::string>{"event"});
   ibev::Handle timed = ibev::wait_for(*dispatcher, &qp, {IBV_EVENT_QP_FATAL}, 30ms,
-                                      [&](const WaitResult& r) { second.set_value(outcome(r)); });
-  auto timed_out = second.get_future();
-  BOOST_REQUIRE(timed_out.wait_for(5s) == std::future_status::ready);
-  BOOST_TEST(timed_out.get() == "timed out");
-  std::this_thread::sleep_for(100ms);
-  BOOST_TEST(calls.load() == 1);
+                                      [&](const WaitResult& r) { second.push_back(outcome(r)); });
+  BOOST_REQUIRE(run_until(*dispatcher, [&] { return !second.empty(); }));
+  dispatcher->inject(&device, IBV_EVENT_QP_FATAL, &qp);  // after its timeout: not heard
+  BOOST_REQUIRE(settle(*dispatcher));
+  BOOST_TEST(second == std::vector<std::string>{"timed out"});
+  BOOST_TEST(first.size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_released_wait_is_never_called) {
-  dispatcher->start();
-  std::atomic<int> calls{0};
+  int calls = 0;
   ibev::Handle waiting = ibev::wait_for(*dispatcher, &qp, {IBV_EVENT_COMM_EST}, 20ms,
                                         [&](const WaitResult&) { ++calls; });
   waiting.release();
   dispatcher->inject(&device, IBV_EVENT_COMM_EST, &qp);
-  std::this_thread::sleep_for(200ms);
-  BOOST_TEST(calls.load() == 0);
+  BOOST_REQUIRE(settle(*dispatcher));  // the event: delivered to nobody
+  run_for(*dispatcher, 100ms);         // an absence: past its 20 ms timeout
+  BOOST_TEST(calls == 0);
   ibev::EventWait cancelled = ibev::wait_for(*dispatcher, &qp, {IBV_EVENT_COMM_EST}, 1s);
   cancelled.cancel();
   BOOST_CHECK_THROW(cancelled.wait(), std::logic_error);
@@ -105,12 +128,12 @@ BOOST_AUTO_TEST_CASE(the_device_s_loss_ends_a_wait) {
   BOOST_REQUIRE(::pipe(pipe_fds) == 0);
   device.async_fd = pipe_fds[0];
   ibev::Handle watch = dispatcher->watch_async_events(&device);
-  dispatcher->start();
   ibev::EventWait wait = ibev::wait_for(*dispatcher, &qp, {IBV_EVENT_QP_FATAL}, 10s);
   // An injected DEVICE_FATAL is a test of handlers, not a loss.
   dispatcher->inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
-  std::this_thread::sleep_for(100ms);
+  BOOST_REQUIRE(settle(*dispatcher));
   BOOST_TEST(!wait.result().has_value());
+  dispatcher->start();
   ::close(pipe_fds[1]);
   const WaitResult result = wait.wait();
   BOOST_TEST(outcome(result) == "device lost");
@@ -163,7 +186,7 @@ BOOST_AUTO_TEST_CASE(call_after_runs_once_and_a_cancelled_one_never) {
   std::atomic<int> cancelled_runs{0};
   ibev::Handle cancelled = dispatcher->call_after(20ms, [&] { ++cancelled_runs; });
   cancelled.release();
-  std::this_thread::sleep_for(150ms);
+  std::this_thread::sleep_for(150ms);  // an absence: past the cancelled timer's 20 ms
   BOOST_TEST(runs.load() == 1);
   BOOST_TEST(cancelled_runs.load() == 0);
   BOOST_CHECK_THROW(dispatcher->call_after(-1ms, [] {}), std::invalid_argument);

@@ -206,8 +206,11 @@ BOOST_AUTO_TEST_CASE(a_forked_child_dropping_what_it_inherited_leaves_the_parent
   BOOST_TEST(attr.qp_state == IBV_QPS_RTS);
   BOOST_TEST(after_close.load() == 0);
 
-  // And its device can still be deleted while held (ibev closes it), then re-added.
-  workload->stop();
+  // And its device can still be deleted while held (ibev closes it), then
+  // re-added. The traffic stops where an application stops it, in the loss's
+  // listener (an order TSan can see: the delete's own runs through the kernel).
+  Handle stop_on_loss = device->on_event(EventFilter{IBV_EVENT_DEVICE_FATAL},
+                                         [&workload](const Event&) { workload->stop(); });
   BlockingCommand deleting("rdma link delete " + test_device());
   if (!deleting.wait(20s)) {
     device->close();
@@ -215,6 +218,7 @@ BOOST_AUTO_TEST_CASE(a_forked_child_dropping_what_it_inherited_leaves_the_parent
     BOOST_FAIL("rdma link delete did not return within 20 s after the child left");
   }
   BOOST_TEST(device->loss() == DeviceLoss::kRemoved);
+  stop_on_loss.release();  // waits for the listener: then `workload` is ours alone
   workload.reset();
   run_command("rdma link add " + test_device() + " type rxe netdev " + test_netdev());
   BOOST_TEST(failures.lines().empty(), failures.summary());

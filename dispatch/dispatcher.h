@@ -20,8 +20,9 @@
 //
 // Turns are bounded: each source is served once per turn within its budget
 // (a CQ: CompletionOptions::budget work completions; a device or channel:
-// Options::batch events; an application fd: one call), so one busy CQ delays
-// every other source, and stop(), by one turn at most.
+// Options::batch events; posted tasks and injected events: Options::batch;
+// an application fd: one call), so one busy CQ delays every other source,
+// and stop(), by one turn at most.
 //
 // Threads. Handlers run on the dispatching thread unless their subscription
 // names an Executor (core/executor.h): the Dispatcher's own thread between
@@ -133,7 +134,8 @@ class Dispatcher {
  public:
   struct Options {
     // Events taken from a device's async fd or a completion channel per turn
-    // (from a channel, also no more than the CQs it serves).
+    // (from a channel, also no more than the CQs it serves), and posted tasks
+    // (injected events among them) run per turn.
     unsigned batch = 16;
     // Every Failure of this Dispatcher and its Registry; empty: stderr.
     FailureSink on_failure;

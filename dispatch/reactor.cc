@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -174,23 +175,32 @@ void Reactor::defer(Task task) {
   deferred_.push_back(std::move(task));
 }
 
+// A turn runs at most `batch` of them, oldest first, as a source is served
+// within its budget: a thread posting (or injecting) faster than they run
+// must not make one turn, and so stop(), wait for the whole backlog.
 void Reactor::run_posted() noexcept {
   std::uint64_t count;
   [[maybe_unused]] const auto ignored = ::read(wakeup_.get(), &count, sizeof count);
-  std::deque<Task> ready;
+  bool more;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    ready.swap(posted_);
+    const std::size_t n = std::min<std::size_t>(posted_.size(), options_.batch);
+    std::move(posted_.begin(), posted_.begin() + static_cast<std::ptrdiff_t>(n),
+              std::back_inserter(running_));
+    posted_.erase(posted_.begin(), posted_.begin() + static_cast<std::ptrdiff_t>(n));
+    more = !posted_.empty();
   }
-  for (std::size_t i = 0; i < ready.size(); ++i) {
+  if (more) wake();  // the rest next turn, which does not sleep
+  for (std::size_t i = 0; i < running_.size(); ++i) {
     if (orphaned.load()) {  // a task destroyed the Dispatcher
-      report_never_run(ready.size() - i);
-      return;
+      report_never_run(running_.size() - i);
+      break;
     }
-    if (auto threw = exception_text(ready[i])) {
+    if (auto threw = exception_text(running_[i])) {
       report(Failure::handler_threw("task posted to the dispatcher", std::move(*threw)));
     }
   }
+  running_.clear();
 }
 
 std::size_t Reactor::run_turn(int timeout_ms) {

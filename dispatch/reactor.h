@@ -1,8 +1,9 @@
 // Internal to dispatch/: the reactor behind a Dispatcher. An epoll set of
 // Sources that serve themselves, a wake-up eventfd, tasks posted to the
 // dispatching thread, and bounded turns: each ready source once per turn
-// within its budget, then what the last turn deferred (a CQ that used its
-// budget); with work deferred the next turn does not sleep.
+// within its budget (posted tasks too: Options::batch of them), then what
+// the last turn deferred (a CQ that used its budget); with work deferred or
+// left the next turn does not sleep.
 #ifndef IBEV_DISPATCH_REACTOR_H_
 #define IBEV_DISPATCH_REACTOR_H_
 
@@ -138,6 +139,8 @@ class Reactor {
   std::deque<Task> posted_;
   // Deferred to the next turn. Only the dispatching thread touches it.
   std::vector<Task> deferred_;
+  // The posted tasks this turn runs; the dispatching thread's, like deferred_.
+  std::vector<Task> running_;
 };
 
 }  // namespace ibev::detail

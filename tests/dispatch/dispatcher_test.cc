@@ -540,6 +540,20 @@ BOOST_AUTO_TEST_CASE(posted_tasks_run_on_the_dispatching_thread_in_order) {
   expect_throw<std::invalid_argument>([&] { dispatcher.post(ibev::Task{}); }, "empty");
 }
 
+// A backlog of posted tasks used to run whole in one turn: a thread posting
+// faster than they ran held the dispatching thread (and stop()) for ever.
+// A turn runs Options::batch of them, and the next turn does not sleep.
+BOOST_AUTO_TEST_CASE(a_turn_runs_a_batch_of_posted_tasks_and_the_rest_follow_at_once) {
+  const unsigned batch = Dispatcher::Options{}.batch;
+  std::vector<unsigned> ran;
+  for (unsigned i = 0; i < 3 * batch + 1; ++i) dispatcher.post([&ran, i] { ran.push_back(i); });
+  dispatcher.run_once(0ms);
+  BOOST_TEST(ran.size() == batch);
+  for (int turn = 0; turn < 3; ++turn) dispatcher.run_once(0ms);  // 0 ms: none may wait
+  BOOST_REQUIRE(ran.size() == 3 * batch + 1);
+  for (unsigned i = 0; i < ran.size(); ++i) BOOST_TEST(ran[i] == i);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // An application that forgets start() used to see nothing at all.

@@ -12,6 +12,8 @@ packages=(
   # soft-RoCE test VM and the real peers run inside it
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2 rdma-core
   ibverbs-utils perftest rdmacm-utils
+  # every thread's stack when a test hangs in the VM (softroce_run.sh)
+  gdb
 )
 
 missing=()

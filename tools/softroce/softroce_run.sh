@@ -126,11 +126,53 @@ write_job() {
     # out shows where it was.
     printf 'export BOOST_TEST_LOGGER=%q\n' "HRF,unit_scope,stdout:JUNIT,message,$results/junit.xml"
     printf 'cd %q || exit 98\n' "$PWD"
-    printf 'exec %q' "$binary"
+    # A test still running this long after the job started is ended, after
+    # every thread's stack is written to the log, before the host's own
+    # timeout kills the VM with nothing said: the next hang names itself.
+    printf 'stacks_after=%q\n' "$(stacks_after)"
+    cat <<'WATCH'
+dump_stacks() {
+  echo "softroce: the test still runs after ${stacks_after}s; every thread's stack:"
+  local task
+  for task in /proc/"$1"/task/*; do
+    echo "-- thread ${task##*/} ($(cat "$task/comm" 2>/dev/null)), kernel stack:"
+    cat "$task/stack" 2>/dev/null
+  done
+  if command -v gdb >/dev/null; then
+    timeout 60 gdb -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' -p "$1" 2>&1 |
+      grep -vE '^\[(New LWP|Thread debugging|Inferior)'
+  fi
+}
+WATCH
+    printf '%q' "$binary"
     local arg
     for arg in "$@"; do printf ' %q' "$arg"; done
-    echo
+    echo ' &'
+    cat <<'WATCH'
+test_pid=$!
+(
+  sleep "$stacks_after" &
+  sleeper=$!
+  trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  wait "$sleeper"
+  kill -0 "$test_pid" 2>/dev/null && dump_stacks "$test_pid" && kill -9 "$test_pid"
+) &
+watcher=$!
+wait "$test_pid"
+rc=$?
+kill "$watcher" 2>/dev/null
+exit "$rc"
+WATCH
   } >"$results/job.sh"
+}
+
+# Seconds into the job after which a test's stacks are dumped and it is
+# ended: the guest's timeout less its boot and the dump (a quarter of it, at
+# least 30 s).
+stacks_after() {
+  local margin=$((timeout_s / 4))
+  ((margin < 30)) && margin=30
+  echo $((timeout_s > margin + 5 ? timeout_s - margin : 5))
 }
 
 # Hands a JUnit report to Bazel, which otherwise writes its own test.xml.

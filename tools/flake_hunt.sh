@@ -28,8 +28,8 @@ total_runs=0
 total_failed=0
 status=0
 
-# One configuration: bazel test with the build event protocol's JSON, then
-# its testResult events counted per target.
+# One configuration: bazel test with the build event protocol's JSON, read
+# by tools/bazel_results.py (as tools/test.sh does), each target's runs.
 hunt() {
   local name=$1
   shift
@@ -39,67 +39,14 @@ hunt() {
     >"$out/$name.log" 2>&1
   local rc=$?
   local report
-  report=$(python3 - "$events" "$out/$name" "$rc" <<'PY'
-import json, os, shutil, sys
-from urllib.parse import urlparse, unquote
-
-events_path, keep_dir, bazel_rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
-targets = {}  # label -> [runs, failures, first failing log]
-unbuilt = []
-try:
-    with open(events_path) as events:
-        for line in events:
-            event = json.loads(line)
-            ident = event.get("id", {})
-            if "testResult" in ident and "testResult" in event:
-                label = ident["testResult"]["label"]
-                entry = targets.setdefault(label, [0, 0, None])
-                entry[0] += 1
-                if event["testResult"].get("status") != "PASSED":
-                    entry[1] += 1
-                    if entry[2] is None:
-                        for output in event["testResult"].get("testActionOutput", []):
-                            if output.get("name") == "test.log":
-                                entry[2] = unquote(urlparse(output["uri"]).path)
-            elif "targetCompleted" in ident and event.get("aborted") is not None:
-                unbuilt.append(ident["targetCompleted"]["label"])
-            elif "targetCompleted" in ident and not event.get("completed", {}).get("success", True):
-                unbuilt.append(ident["targetCompleted"]["label"])
-except FileNotFoundError:
-    pass
-os.makedirs(keep_dir, exist_ok=True)
-runs = failed = 0
-for label in sorted(targets):
-    count, failures, log = targets[label]
-    runs += count
-    failed += failures
-    line = f"  {label}: {count} runs, {failures} failed"
-    if log:
-        kept = os.path.join(keep_dir, label.strip("/").replace("/", "_").replace(":", "_") + ".log")
-        try:
-            shutil.copyfile(log, kept)
-            line += f"; first failing log: {kept}"
-        except OSError:
-            line += f"; first failing log: {log}"
-    print(line)
-for label in unbuilt:
-    print(f"  {label}: did not build")
-    failed += 1
-# 4: built, but no test matched (a configuration's filter over TARGETs).
-if bazel_rc not in (0, 4) and failed == 0:
-    print(f"  bazel exited {bazel_rc} with no failed run: see {keep_dir}.log")
-    failed = 1
-print(f"TOTALS {runs} {failed}")
-PY
-)
-  printf '%s\n' "$report" | grep -v '^TOTALS '
-  local totals
-  totals=$(grep '^TOTALS ' <<<"$report")
-  local r f
-  read -r _ r f <<<"$totals"
+  report=$(python3 tools/bazel_results.py "$events" "$rc" --keep-logs "$out/$name" --no-tests-ok)
+  grep -v '^totals: ' <<<"$report" | sed 's/^/  /'
+  local targets_failed r f
+  read -r _ _ targets_failed r f <<<"$(grep '^totals: ' <<<"$report")"
   total_runs=$((total_runs + ${r:-0}))
-  total_failed=$((total_failed + ${f:-1}))
-  if ((${f:-1} > 0)); then status=1; fi
+  total_failed=$((total_failed + ${f:-0}))
+  # A target that did not build, or a failed bazel, fails with no failed run.
+  if ((${targets_failed:-1} > 0)); then status=1; fi
 }
 
 hunt default "${targets[@]}"
@@ -109,4 +56,5 @@ hunt kernel-6.12 --test_env=IBEV_KERNEL=6.12 --test_tag_filters=softroce "${targ
 
 minutes=$(((SECONDS - started + 30) / 60))
 echo "flake_hunt: $total_runs runs, $total_failed failed in $minutes min (logs in $out)"
+((status == 0)) || echo "flake_hunt: some targets failed or did not build (above)"
 exit "$status"

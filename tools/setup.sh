@@ -14,6 +14,8 @@ packages=(
   ibverbs-utils perftest rdmacm-utils
   # every thread's stack when a test hangs in the VM (softroce_run.sh)
   gdb
+  # reading Bazel's build event protocol (tools/bazel_results.py)
+  python3
 )
 
 missing=()

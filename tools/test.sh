@@ -10,6 +10,7 @@
 # Ends with one line "tests: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 
 tools/setup.sh || { echo "tests: setup failed"; exit 1; }
 
@@ -17,33 +18,51 @@ passed=0
 failed=0
 status=0
 
-# Runs one `bazel test` and adds its per-target results to the totals. A run
-# that fails without naming a failed target (a build error) counts as one.
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+purge_packages() {
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get purge -y -q \
+    libibev0 libibev-dev ibev-tools >/dev/null 2>&1 || true
+}
+
+# Every temporary file and folder of the run is under $work, removed on exit
+# and on interrupt; the packages are purged if they were installed.
+work=$(mktemp -d -t ibev-test.XXXXXX)
+debs_installed=false
+cleanup() {
+  if $debs_installed; then purge_packages; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'echo "tests: interrupted"; exit 130' INT TERM
+
+# Runs one `bazel test` and adds its per-target results to the totals, as
+# Bazel's build event protocol gives them (tools/bazel_results.py: a target
+# passes when all its runs passed; a failed bazel with no failed target, a
+# build error, counts as one failure).
 run() {
   local label=$1
   shift
-  local log rc
-  log=$(mktemp)
+  local events=$work/$label.bep.json
   echo "== ${label}: bazel test $*"
-  bazel test --test_summary=short "$@" >"$log" 2>&1
-  rc=$?
-  grep -E '^(//|Executed|ERROR|FAIL)' "$log" || true
-  local p f
-  p=$(grep -cE '^//\S+\s+(\(cached\) )?PASSED' "$log")
-  f=$(grep -cE '^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|FLAKY)' "$log")
-  if ((rc != 0 && f == 0)); then f=1; fi
-  passed=$((passed + p))
-  failed=$((failed + f))
-  if ((rc != 0 || f != 0)); then status=1; fi
-  rm -f "$log"
+  bazel test --build_event_json_file="$events" "$@" >"$work/$label.log" 2>&1
+  local rc=$?
+  local report p f
+  report=$(python3 "$root/tools/bazel_results.py" "$events" "$rc")
+  grep -v '^totals: ' <<<"$report" | grep -v ': passed (' || true
+  read -r _ p f _ <<<"$(grep '^totals: ' <<<"$report")"
+  echo "${label}: ${p:-0} targets passed, ${f:-1} failed"
+  if ((rc != 0)); then grep -E '^ERROR' "$work/$label.log" | head -n 20; fi
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-1}))
+  if ((rc != 0 || ${f:-1} != 0)); then status=1; fi
 }
 
 # Runs one command as one check; its output is shown when it fails.
 check() {
   local label=$1
   shift
-  local log
-  log=$(mktemp)
+  local log=$work/check.log
   echo "== ${label}: $*"
   if "$@" >"$log" 2>&1; then
     passed=$((passed + 1))
@@ -53,26 +72,26 @@ check() {
     status=1
     tail -n 40 "$log"
   fi
-  rm -f "$log"
 }
 
-# Builds and runs the CMake and make consumers; each counts once.
+# Builds and runs the CMake and make consumers; each counts once, and the
+# script's own exit status fails the run too.
 consumers() {
-  local out
+  local out rc
   echo "== consumers: tools/consumers.sh $*"
   out=$(tools/consumers.sh "$@")
+  rc=$?
   echo "$out"
-  passed=$((passed + $(grep -cE '^consumer-\S+ .*: passed$' <<<"$out")))
-  failed=$((failed + $(grep -cE '^consumer-\S+ .*: failed$' <<<"$out")))
-  grep -qE ': failed$' <<<"$out" && status=1
-  return 0
-}
-
-sudo=()
-if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
-purge_packages() {
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get purge -y -q \
-    libibev0 libibev-dev ibev-tools >/dev/null 2>&1 || true
+  local p f
+  p=$(grep -cE '^consumer-\S+ .*: passed$' <<<"$out")
+  f=$(grep -cE '^consumer-\S+ .*: failed$' <<<"$out")
+  if ((rc != 0 && f == 0)); then
+    echo "consumers: tools/consumers.sh exited $rc"
+    f=1
+  fi
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if ((rc != 0 || f != 0)); then status=1; fi
 }
 
 run default //...
@@ -89,21 +108,21 @@ run consumer-bazel //...
 popd >/dev/null
 
 # The installed package: tools/install.sh into a fresh prefix.
-prefix=$(mktemp -d)
+prefix=$work/prefix
 check install env IBEV_WERROR=ON tools/install.sh "$prefix"
 check exports tools/check_exports.sh "$prefix/lib/libibev.so"
 consumers "$prefix"
-rm -rf "$prefix"
 
 # The Debian packages, installed as a user would, then purged.
-debs=$(mktemp -d)
+debs=$work/debs
+mkdir -p "$debs"
 check package tools/package.sh "$debs"
-trap purge_packages EXIT
+debs_installed=true
 check apt-install env DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
   "$debs"/libibev0_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb
 consumers
 purge_packages
-rm -rf "$debs"
+debs_installed=false
 
 echo "tests: ${passed} passed, ${failed} failed"
 exit "$status"

@@ -60,7 +60,14 @@ case $kernel in
   6.12) cache=${IBEV_CACHE:-/var/cache/ibev}/kernel-6.12 ;;
   *) echo "softroce: IBEV_KERNEL is 6.1 or 6.12, not $kernel"; exit 2 ;;
 esac
-work=${TEST_TMPDIR:-$(mktemp -d)}/softroce
+if [[ -n ${TEST_TMPDIR:-} ]]; then
+  work=$TEST_TMPDIR/softroce  # Bazel's, which Bazel removes
+else
+  own_tmp=$(mktemp -d -t ibev-softroce.XXXXXX)
+  trap 'rm -rf "$own_tmp"' EXIT
+  trap 'exit 130' INT TERM
+  work=$own_tmp/softroce
+fi
 rm -rf "$work" && mkdir -p "$work"
 
 # The commands that make the devices, as root, wherever the test runs.

@@ -160,12 +160,14 @@ Dispatcher::~Dispatcher() {
     // reactor serves nothing once orphaned) and ends: thread_exited() says
     // when. The lock: start() may still be publishing the handle of this
     // very thread (a handler can run before start() returns).
-    std::lock_guard<std::mutex> lock(control_);
-    reactor_->orphaned = true;
-    reactor_->stop_requested = true;
-    reactor_->shut_down();
+    {
+      std::lock_guard<std::mutex> lock(control_);
+      reactor_->orphaned = true;
+      reactor_->stop_requested = true;
+      if (thread_) thread_->detach();
+    }
+    reactor_->shut_down();  // destroys pending work: under no ibev lock
     reactor_->registry().detach_failure_sink();
-    if (thread_) thread_->detach();
     return;
   }
   stop();

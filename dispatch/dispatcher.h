@@ -44,8 +44,11 @@
 // Lifetime: what was made through a Dispatcher may outlive it. Handles are
 // inert then; the verbs/ wrappers (a Device, what is made on it) may still
 // be dropped or close()d, which runs their destroy verbs only, and their
-// calls that need the Dispatcher (making a CQ, a drain) throw ENODEV. Its destructor stops it; every fd still watched gets its
-// flags back, and tasks or injected events never dispatched are reported.
+// calls that need the Dispatcher (making a CQ, a drain) throw ENODEV. CM
+// ids and DeviceClients are the exception: the Dispatcher must outlive them
+// (cm/cm_id.h, verbs/device_clients.h). Its destructor stops it; every fd
+// still watched gets its flags back, and tasks or injected events never
+// dispatched are reported.
 // From inside one of its own handlers it does not wait for the thread (which
 // cannot join itself), but it has let go of every watched fd when it
 // returns: the thread then only returns from that handler, touching no fd

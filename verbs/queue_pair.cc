@@ -383,8 +383,9 @@ void QueuePair::close() noexcept {
       drains->closing = true;
       running.swap(drains->running);
     }
+    const auto cancelled = std::make_error_code(std::errc::operation_canceled);
     for (const auto& weak : running) {
-      if (auto drain = weak.lock()) drain->finish(std::make_error_code(std::errc::operation_canceled));
+      if (auto drain = weak.lock()) drain->finish(cancelled);
     }
   }
   drain_verbs_.wait_idle();  // not for a drain on this thread (close() from its callback)

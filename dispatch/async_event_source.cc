@@ -12,14 +12,18 @@
 // after (verbs/device.cc).
 //
 // Locking: none of its own; the reactor's table (reactor.cc) guards its
-// joining and leaving, its CallGuard a loss noticed by the tracker.
+// joining and leaving, and each read of its fd; its CallGuard a loss noticed
+// by the tracker.
 #include <sys/epoll.h>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
+
+#include <ibev/dispatch/test_seams.h>
 
 #include "device_tracker.h"
 #include "reactor.h"
@@ -46,9 +50,17 @@ class AsyncEventSource final : public Source {
       return;
     }
     for (unsigned i = 0; i < reactor_.options().batch; ++i) {
+      if (test_seams::before_source_read != nullptr) test_seams::before_source_read(fd());
       ibv_async_event raw;
-      if (ibv_get_async_event(device_, &raw) != 0) {
-        const int error = errno;
+      int error = 0;
+      {
+        // Released meanwhile, its fd is blocking again: reading would wait
+        // for good (the locking paragraph of reactor.cc).
+        std::lock_guard<std::mutex> lock(reactor_.mutex());
+        if (guard().closed()) return;
+        if (ibv_get_async_event(device_, &raw) != 0) error = errno;
+      }
+      if (error != 0) {
         if (error == EAGAIN || error == EWOULDBLOCK) return;
         if (error == EINTR) continue;
         fd_failed("ibv_get_async_event", error);

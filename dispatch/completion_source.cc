@@ -4,10 +4,11 @@
 // (ibv_req_notify_cq) -> drain again. The path of one completion reads
 // top-down: ChannelSource::serve, then CqEntry::serve_turn, then drain.
 //
-// Locking: a channel's `mutex` guards its CQs and their unacked counts; it
-// is taken inside the reactor's table's mutex, never around it, and never
-// while a handler runs. Each CQ's CallGuard is held while it is drained, so
-// a release waits for a drain in progress (unless made from inside it).
+// Locking: a channel's `mutex` guards its CQs and their unacked counts, and
+// each read of its fd (its retirement takes it too); it is taken inside the
+// reactor's table's mutex, never around it, and never while a handler runs.
+// Each CQ's CallGuard is held while it is drained, so a release waits for a
+// drain in progress (unless made from inside it).
 //
 // Memory: most CQs have a channel of their own, so the channel's source and
 // the CQ that brought it in are one allocation (ChannelWithFirstCq), and the
@@ -36,6 +37,8 @@
 namespace ibev::detail {
 
 void (*test_seams::after_channel_retired)(ibv_comp_channel*) = nullptr;
+void (*test_seams::adaptive_turn_drained)(ibv_cq*, std::uint64_t) = nullptr;
+void (*test_seams::adaptive_cq_armed)(ibv_cq*) = nullptr;
 
 namespace {
 
@@ -103,6 +106,9 @@ class CqEntry {
     const auto poll_budget = options_.poll_budget;
     const bool adaptive = options_.mode == CompletionMode::kAdaptive;
     drained += drain(budget - std::min(drained, budget));
+    if (adaptive && test_seams::adaptive_turn_drained != nullptr) {
+      test_seams::adaptive_turn_drained(cq_, drained);
+    }
     if (adaptive && (for_event || drained > 0)) {
       quiet_since_ = std::chrono::steady_clock::now();
     }
@@ -133,6 +139,7 @@ class CqEntry {
       if (const int rc = ibv_req_notify_cq(cq_, options_.solicited_only ? 1 : 0); rc != 0) {
         report(Failure::verb_failed("ibv_req_notify_cq", rc));
       }
+      if (adaptive && test_seams::adaptive_cq_armed != nullptr) test_seams::adaptive_cq_armed(cq_);
       drained += drain(budget - drained);
       if (drained >= budget) return yield();
     }
@@ -381,6 +388,7 @@ class ChannelSource final : public Source {
       only_cq->guard().leave();
     }
     for (unsigned i = 0; i < events_to_read && !guard().closed(); ++i) {
+      if (test_seams::before_source_read != nullptr) test_seams::before_source_read(fd());
       std::shared_ptr<CqEntry> entry = take_event();
       if (!entry) return;
       if (!entry->guard().try_enter()) continue;
@@ -391,10 +399,16 @@ class ChannelSource final : public Source {
 
  private:
   // Reads one channel event and counts it for its CQ's ack; null when there
-  // was none (or an error, reported). An event of a CQ no longer watched is
-  // acked here, so that destroying the CQ does not wait.
+  // was none (or an error, reported), or when the channel left the loop. An
+  // event of a CQ no longer watched is acked here, so that destroying the CQ
+  // does not wait.
   std::shared_ptr<CqEntry> take_event() noexcept {
     std::lock_guard<std::mutex> lock(mutex);
+    // Its last CQ's release retires the channel under this lock, giving the
+    // fd its blocking flags back: read after that, and this thread waits for
+    // an event that may never come while the release waits for it. The event
+    // left unread goes with the CQ's destruction.
+    if (guard().closed()) return nullptr;
     for (;;) {
       ibv_cq* cq = nullptr;
       void* cq_context = nullptr;

@@ -4,14 +4,19 @@
 // and gets its fd's flags back under the table's mutex, in the same critical
 // section that takes it out of the table: so a new watch of the same fd (a
 // CQ joining a channel whose last CQ just left) finds either the old source
-// whole or none at all. No lock is held while a source is served, or a task
-// run. CallGuards (core/) make a release wait until the reactor is done with
+// whole or none at all. A source that reads its fd itself (async events, a
+// completion channel) reads under the lock its leaving takes, after checking
+// that it has not left: a read after the flags went back to blocking would
+// wait for an event that may never come, while the release that left waits
+// for that very serve. No lock is held while a handler runs, or a task. CallGuards (core/) make a release wait until the reactor is done with
 // what is released.
 //
 // Fork: the epoll fd and the watched fds' file descriptions are shared with a
 // forked child. Everything that would touch them checks that it runs in the
 // process that made the reactor; in a child every handle is inert.
 #include "reactor.h"
+
+#include <ibev/dispatch/test_seams.h>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -27,6 +32,8 @@
 #include <utility>
 
 namespace ibev::detail {
+
+void (*test_seams::before_source_read)(int) = nullptr;
 
 namespace {
 constexpr std::uint64_t kWakeupId = 0;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <ibev/dispatch/dispatcher.h>
+#include <ibev/dispatch/test_seams.h>
 
 using namespace std::chrono_literals;
 using ibev::Dispatcher;
@@ -161,6 +162,87 @@ BOOST_DATA_TEST_CASE(destroying_a_dispatcher_whose_pending_work_owns_a_handle,
   BOOST_TEST(status == 0, "the child ended with " << status << " (114: hung, SIGALRM)");
 }
 
+// The sources that read their fd themselves: a device's async fd, and a
+// completion channel (of a CQ whose verbs are stubs: nothing to poll, arming
+// succeeds), each a pipe standing in.
+enum class ReadingSource { kAsyncFd, kCompletionChannel };
+std::ostream& operator<<(std::ostream& out, ReadingSource source) {
+  return out << (source == ReadingSource::kAsyncFd ? "async fd" : "completion channel");
+}
+const ReadingSource kReadingSources[] = {ReadingSource::kAsyncFd,
+                                         ReadingSource::kCompletionChannel};
+
+struct FakeCq {
+  FakeCq() {
+    BOOST_REQUIRE(::pipe(fds) == 0);
+    context.ops.poll_cq = [](ibv_cq*, int, ibv_wc*) { return 0; };
+    context.ops.req_notify_cq = [](ibv_cq*, int) { return 0; };
+    channel.fd = fds[0];
+    channel.context = &context;
+    cq.context = &context;
+    cq.channel = &channel;
+  }
+  ~FakeCq() {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  int fds[2];
+  ibv_context context{};
+  ibv_comp_channel channel{};
+  ibv_cq cq{};
+};
+
+// The serve about to read, once: it takes what made the fd readable (as a
+// read before it would have), says so, and goes on only once the fd is
+// blocking again, that is once a release on another thread retired the
+// source (5 s at most).
+std::atomic<int> read_held_fd{-1};
+std::atomic<bool> read_held{false};
+void hold_the_read_until_retired(int fd) {
+  if (fd != read_held_fd.load() || read_held.exchange(true)) return;
+  char byte;
+  static_cast<void>(::read(fd, &byte, 1));
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while ((::fcntl(fd, F_GETFL) & O_NONBLOCK) != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+// A release on another thread gives the fd its blocking flags back while
+// the dispatching thread's serve is about to read it: the serve read anyway
+// and waited for good on an empty fd, and the release waited for the serve
+// (the hang of device_lifecycle_test under TSan, a CQ's release after its
+// last completion). Now a serve reads under the lock the retirement takes,
+// and not after it. In a child with an alarm, so that a hang fails this case.
+BOOST_DATA_TEST_CASE(a_release_while_the_serve_is_about_to_read_never_blocks_it,
+                     bdata::make(kReadingSources), source) {
+  const int status = in_child(
+      [source] {
+        FakeDevice device;
+        FakeCq cq;
+        Dispatcher dispatcher;
+        dispatcher.start();
+        const int write_end = source == ReadingSource::kAsyncFd ? device.fds[1] : cq.fds[1];
+        read_held_fd = source == ReadingSource::kAsyncFd ? device.fds[0] : cq.fds[0];
+        ibev::detail::test_seams::before_source_read = &hold_the_read_until_retired;
+        ibev::Handle watch =
+            source == ReadingSource::kAsyncFd
+                ? dispatcher.watch_async_events(&device.context)
+                : dispatcher.watch_completions(&cq.cq, {}, [](const ibev::CompletionBatch&) {});
+        if (::write(write_end, "x", 1) != 1) return 2;
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        while (!read_held && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(1ms);
+        }
+        if (!read_held) return 3;
+        watch.release();  // retires it: the fd is blocking again
+        dispatcher.stop();
+        return 0;
+      },
+      10);
+  BOOST_TEST(status == 0, "the child ended with " << status << " (114: hung, SIGALRM)");
+}
+
 // It used to call std::terminate (the thread joining itself). Then the
 // detached thread let go of the watched fds only after the handler returned,
 // racing the application's close() of them (TSan): the fd must be the
@@ -266,15 +348,17 @@ BOOST_AUTO_TEST_CASE(stop_waits_for_the_running_handler) {
   options.stall_after = 0ms;  // the handler blocks on purpose
   Dispatcher dispatcher(options);
   Registry& registry = dispatcher.registry();
-  std::atomic<bool> in_handler{false}, handler_done{false};
+  std::promise<void> in_handler;
+  std::atomic<bool> handler_done{false};
   ibev::Handle slow = registry.listen(&device, [&](const Event&) {
-    in_handler = true;
+    in_handler.set_value();
+    // Proves an absence: stop() does not return during these 200 ms.
     std::this_thread::sleep_for(200ms);
     handler_done = true;
   });
   dispatcher.start();
   dispatcher.inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
-  while (!in_handler) std::this_thread::sleep_for(1ms);
+  BOOST_REQUIRE(in_handler.get_future().wait_for(5s) == std::future_status::ready);
   dispatcher.stop();
   BOOST_TEST(handler_done.load(), "stop() returned while the handler ran");
 }

@@ -1,6 +1,8 @@
 // Completion channels end to end on soft-RoCE, and destroying objects from
 // inside their own handlers. Real RC traffic over rxe0 loopback.
 #define BOOST_TEST_MODULE ibev_softroce_completions
+#include <poll.h>
+
 #include <boost/test/unit_test.hpp>
 #include <array>
 #include <atomic>
@@ -11,6 +13,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <ibev/dispatch/test_seams.h>
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
@@ -100,6 +104,61 @@ bool eventually(const std::function<bool()>& done, std::chrono::milliseconds lim
   return done();
 }
 
+// Holds the first turn of one adaptive CQ that took a completion at the seam
+// after its first drain (before its quiet clock starts) until release(), 20 s
+// at most, and tells when that CQ is armed again after it: a test acts inside
+// the turn instead of racing the poll budget on a loaded 1-vCPU guest. One at
+// a time (the seams are global); made before the CQs it may hold, so that the
+// dispatching thread sees the seams set, and gone after them.
+class HeldTurn {
+ public:
+  HeldTurn() {
+    current_ = this;
+    detail::test_seams::adaptive_turn_drained = [](ibv_cq* cq, std::uint64_t drained) {
+      current_->drained(cq, drained);
+    };
+    detail::test_seams::adaptive_cq_armed = [](ibv_cq* cq) { current_->armed(cq); };
+  }
+  ~HeldTurn() {
+    release();
+    detail::test_seams::adaptive_turn_drained = nullptr;
+    detail::test_seams::adaptive_cq_armed = nullptr;
+    current_ = nullptr;
+  }
+  void hold(ibv_cq* cq) { target_ = cq; }
+  bool wait_held() { return held_future_.wait_for(20s) == std::future_status::ready; }
+  void release() {
+    if (!released_.exchange(true)) release_.set_value();
+  }
+  bool wait_armed() { return armed_future_.wait_for(20s) == std::future_status::ready; }
+
+ private:
+  void drained(ibv_cq* cq, std::uint64_t drained) {
+    if (cq != target_.load() || drained == 0 || holding_.exchange(true)) return;
+    held_.set_value();
+    release_future_.wait_for(20s);
+  }
+  void armed(ibv_cq* cq) {
+    if (cq == target_.load() && released_.load() && !armed_once_.exchange(true)) {
+      armed_.set_value();
+    }
+  }
+
+  static inline HeldTurn* current_ = nullptr;
+  std::atomic<ibv_cq*> target_{nullptr};
+  std::atomic<bool> holding_{false}, released_{false}, armed_once_{false};
+  std::promise<void> held_, release_, armed_;
+  std::future<void> held_future_ = held_.get_future();
+  std::future<void> release_future_ = release_.get_future();
+  std::future<void> armed_future_ = armed_.get_future();
+};
+
+// Whether `cq`'s channel has an event to read within `limit` (not read).
+bool channel_ready(const CompletionQueue& cq, std::chrono::milliseconds limit) {
+  pollfd fd{cq.get()->channel->fd, POLLIN, 0};
+  return ::poll(&fd, 1, static_cast<int>(limit.count())) == 1;
+}
+
 void expect_each_once(const std::map<std::uint64_t, int>& seen, std::uint64_t first,
                       std::uint64_t count) {
   BOOST_TEST(seen.size() == count);
@@ -128,7 +187,7 @@ BOOST_AUTO_TEST_CASE(each_completion_is_delivered_exactly_once_and_acks_are_batc
     for (int i = 0; i < kMessages; ++i) post_send(*a, *link.mr, link.slot(i), i);
     BOOST_REQUIRE(sent.wait_for(kMessages));
     BOOST_REQUIRE(received.wait_for(kMessages));
-    std::this_thread::sleep_for(300ms);  // any late (empty) event comes in
+    std::this_thread::sleep_for(300ms);  // proves an absence: no late (empty) event
     expect_each_once(sent.seen(), 0, kMessages);
     expect_each_once(received.seen(), 1000, kMessages);
     BOOST_TEST(sent.failed() + received.failed() == 0);
@@ -201,7 +260,7 @@ BOOST_AUTO_TEST_CASE(cqs_sharing_a_channel_each_hear_only_their_own) {
   };
   for (int i = 0; i < kCqs; ++i) exchange(i, 1000 * i);
   for (int i = 0; i < kCqs; ++i) BOOST_REQUIRE(heard[i].wait_for(messages(i)));
-  std::this_thread::sleep_for(300ms);  // anything misrouted would land by now
+  std::this_thread::sleep_for(300ms);  // proves an absence: nothing misrouted lands
   for (int i = 0; i < kCqs; ++i) {
     BOOST_TEST_CONTEXT("CQ " << i) {
       expect_each_once(heard[i].seen(), 1000 * i, messages(i));
@@ -215,7 +274,7 @@ BOOST_AUTO_TEST_CASE(cqs_sharing_a_channel_each_hear_only_their_own) {
   cqs[1]->close();
   for (int i : {0, 2, 3}) exchange(i, 1000 * i + 500);
   for (int i : {0, 2, 3}) BOOST_REQUIRE(heard[i].wait_for(2 * messages(i)));
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(300ms);  // proves an absence: no CQ hears another's
   for (int i : {0, 2, 3}) {
     BOOST_TEST_CONTEXT("CQ " << i) {
       BOOST_TEST(heard[i].seen().size() == static_cast<std::size_t>(2 * messages(i)));
@@ -236,11 +295,14 @@ BOOST_AUTO_TEST_CASE(cqs_sharing_a_channel_each_hear_only_their_own) {
 // way to a CQ whose completion is ready, instead of holding the loop for its
 // whole poll budget: the other CQ's handler runs while the first is still in
 // its quiet period, after the first yielded its turn. (Before, the spin
-// yielded only when the poll budget ran out.)
+// yielded only when the poll budget ran out.) The spinning CQ's turn is held
+// until the other CQ's event waits, so the spin starts with it ready.
 BOOST_AUTO_TEST_CASE(an_adaptive_cq_spinning_on_nothing_gives_way_to_a_ready_one) {
   Link link;
+  HeldTurn held;
   Completions spinning_heard, ready_heard;
-  auto spinning = link.cq(spinning_heard.handler(), 32, false, 256, 800ms);
+  auto spinning = link.cq(spinning_heard.handler(), 32, false, 256, 1s);
+  held.hold(spinning->get());
   std::promise<CompletionStats> seen_from_ready;
   bool first = true;
   auto ready = link.cq(
@@ -258,30 +320,37 @@ BOOST_AUTO_TEST_CASE(an_adaptive_cq_spinning_on_nothing_gives_way_to_a_ready_one
   post_recv(*b, *link.mr, link.slot(0), 1);
   post_recv(*d, *link.mr, link.slot(1), 2);
   post_send(*a, *link.mr, link.slot(2), 3);
-  BOOST_REQUIRE(spinning_heard.wait_for(1));  // it now spins for up to 800 ms
+  BOOST_REQUIRE(held.wait_held());  // its turn took the completion; its spin comes next
   post_send(*c, *link.mr, link.slot(3), 4);
+  BOOST_REQUIRE_MESSAGE(channel_ready(*ready, 20s), "the ready CQ's event never came");
+  held.release();  // it spins for up to 1 s on nothing, with another source ready
   auto future = seen_from_ready.get_future();
   BOOST_REQUIRE(future.wait_for(20s) == std::future_status::ready);
   const CompletionStats spinning_stats = future.get();
   BOOST_TEST(spinning_stats.yields >= 1u, "the spinning CQ held its turn");
   BOOST_TEST(ready_heard.wait_for(1));
+  BOOST_TEST(spinning_heard.wait_for(1));
 }
 
 BOOST_AUTO_TEST_CASE(a_completion_landing_while_the_handler_runs_needs_no_new_event) {
   Link link;
   Completions received;
   std::shared_ptr<QueuePair> a;
+  auto sent = plain_cq(link.env.device);
   std::atomic<bool> posted_second{false};
+  std::atomic<std::size_t> sent_while_running{0};
   auto recv_cq = link.cq(
       [&](const CompletionBatch& batch) {
         received.add(batch);
         if (!posted_second.exchange(true)) {
           post_send(*a, *link.mr, link.slot(1), 1);
-          std::this_thread::sleep_for(300ms);  // it lands while we run
+          // It lands while we run: rxe's responder completes the receive
+          // before it acks the send, so both sends complete after it.
+          sent_while_running = poll_completions(sent->get(), 2, 20s).size();
         }
       },
       1);
-  a = link.qp(plain_cq(link.env.device), plain_cq(link.env.device));
+  a = link.qp(sent, plain_cq(link.env.device));
   auto b = link.qp(plain_cq(link.env.device), recv_cq);
   connect_rc_pair(*a, *b);
   post_recv(*b, *link.mr, link.slot(10), 10);
@@ -289,7 +358,8 @@ BOOST_AUTO_TEST_CASE(a_completion_landing_while_the_handler_runs_needs_no_new_ev
   post_send(*a, *link.mr, link.slot(0), 0);
 
   BOOST_REQUIRE(received.wait_for(2));
-  std::this_thread::sleep_for(300ms);  // a second event, if any, comes in
+  BOOST_REQUIRE_EQUAL(sent_while_running.load(), 2u);
+  std::this_thread::sleep_for(300ms);  // proves an absence: no second event comes in
   const CompletionStats stats = recv_cq->completion_stats();
   BOOST_TEST(stats.events == 1u);
   BOOST_TEST(stats.empty_events == 0u);
@@ -390,36 +460,36 @@ BOOST_AUTO_TEST_CASE(solicited_only_wakes_on_solicited_completions) {
 
 // Adaptive mode: completions arriving while the dispatcher polls are taken
 // without an event; once the CQ has been quiet for the budget it is armed
-// again, and a later completion still arrives, through an event.
+// again, and a later completion still arrives, through an event. The turn
+// that took the first completion is held until the burst has landed, so the
+// burst is in the CQ when the poll starts, however the guest is scheduled.
 BOOST_AUTO_TEST_CASE(adaptive_mode_polls_then_sleeps_without_missing_any) {
   Link link;
+  HeldTurn held;
   Completions received;
   auto recv_cq = link.cq(received.handler(), 1, false, 256,
                          std::chrono::milliseconds(200));
-  auto a = link.qp(plain_cq(link.env.device, 1024), plain_cq(link.env.device));
+  held.hold(recv_cq->get());
+  auto sent = plain_cq(link.env.device, 1024);
+  auto a = link.qp(sent, plain_cq(link.env.device));
   auto b = link.qp(plain_cq(link.env.device), recv_cq);
   connect_rc_pair(*a, *b);
   for (int i = 0; i < 12; ++i) post_recv(*b, *link.mr, link.slot(100 + i), 100 + i);
 
   post_send(*a, *link.mr, link.slot(0), 0);
-  BOOST_REQUIRE(received.wait_for(1));
-  // A burst while the dispatcher is still polling (well inside the budget):
-  // rxe completes a loopback send almost at once, so space them out.
-  std::this_thread::sleep_for(20ms);
-  for (int i = 1; i <= 10; ++i) {
-    post_send(*a, *link.mr, link.slot(i), i);
-    std::this_thread::sleep_for(2ms);
-  }
+  BOOST_REQUIRE(held.wait_held());  // its event's turn took it, and waits to poll
+  for (int i = 1; i <= 10; ++i) post_send(*a, *link.mr, link.slot(i), i);
+  // rxe's responder completes a receive before it acks the send: with every
+  // send complete, the burst is in the receive CQ.
+  BOOST_REQUIRE_EQUAL(poll_completions(sent->get(), 11, 20s).size(), 11u);
+  held.release();
   BOOST_REQUIRE(received.wait_for(11));
-  // Ten budgets: asleep again (armed) by then, even on a loaded 1-vCPU TCG
-  // guest where the dispatcher thread waits its turn for the CPU (500 ms,
-  // 2.5 budgets, was not always enough there).
-  std::this_thread::sleep_for(2s);
+  BOOST_REQUIRE_MESSAGE(held.wait_armed(), "never quiet for its poll budget");
   const CompletionStats before = recv_cq->completion_stats();
   BOOST_TEST_MESSAGE(before.events << " events, " << before.completions
                                    << " completions, " << before.polled << " by polling");
-  BOOST_TEST(before.polled >= 1u);  // the burst came by polling...
-  BOOST_TEST(before.events < 11u);  // ...so fewer events than completions
+  BOOST_TEST(before.polled == 10u);  // the burst came by polling...
+  BOOST_TEST(before.events == 1u);   // ...with no event of its own
 
   post_send(*a, *link.mr, link.slot(11), 11);
   BOOST_REQUIRE(received.wait_for(12));

@@ -137,6 +137,9 @@ write_job() {
     # every thread's stack is written to the log, before the host's own
     # timeout kills the VM with nothing said: the next hang names itself.
     printf 'stacks_after=%q\n' "$(stacks_after)"
+    # gdb gets half the margin, so that the dump is written before the host's
+    # timeout ends the VM.
+    printf 'gdb_for=%q\n' "$(($(stacks_margin) / 2))"
     cat <<'WATCH'
 dump_stacks() {
   echo "softroce: the test still runs after ${stacks_after}s; every thread's stack:"
@@ -146,7 +149,7 @@ dump_stacks() {
     cat "$task/stack" 2>/dev/null
   done
   if command -v gdb >/dev/null; then
-    timeout 60 gdb -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' -p "$1" 2>&1 |
+    timeout "$gdb_for" gdb -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' -p "$1" 2>&1 |
       grep -vE '^\[(New LWP|Thread debugging|Inferior)'
   fi
 }
@@ -176,9 +179,14 @@ WATCH
 # Seconds into the job after which a test's stacks are dumped and it is
 # ended: the guest's timeout less its boot and the dump (a quarter of it, at
 # least 30 s).
-stacks_after() {
+stacks_margin() {
   local margin=$((timeout_s / 4))
   ((margin < 30)) && margin=30
+  echo "$margin"
+}
+stacks_after() {
+  local margin
+  margin=$(stacks_margin)
   echo $((timeout_s > margin + 5 ? timeout_s - margin : 5))
 }
 

@@ -402,6 +402,7 @@ BOOST_AUTO_TEST_CASE(release_waits_for_a_running_handler) {
     BOOST_TEST(handler_done.load());
     release_returned = true;
   });
+  // Proves an absence: release() does not return while the handler is held.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   BOOST_TEST(!release_returned.load());
   {

@@ -593,20 +593,21 @@ BOOST_FIXTURE_TEST_CASE(events_waiting_without_a_dispatch_are_reported_once, Wat
   ibv_context device{};
   dispatcher->inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});  // and no start()
   BOOST_REQUIRE(wait_until([&] { return !said().empty(); }));
-  std::this_thread::sleep_for(200ms);  // still waiting: said once, not every look
+  // Proves an absence: still waiting, it is said once, not at every look (every 12 ms).
+  std::this_thread::sleep_for(200ms);
   const auto failures = said();
   BOOST_REQUIRE(failures.size() == 1u);
   BOOST_TEST((failures[0].kind == ibev::Failure::Kind::kUndispatched));
   BOOST_TEST(failures[0].what.find("call start()") != std::string::npos, failures[0].what);
   dispatcher->run_once(0ms);  // dispatched: nothing more to say
-  std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(200ms);  // proves an absence: no report once dispatched
   BOOST_TEST(said().size() == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_handler_holding_the_dispatching_thread_is_reported, Watched) {
   std::atomic<bool> done{false};
   dispatcher->post([&] {
-    std::this_thread::sleep_for(300ms);
+    std::this_thread::sleep_for(300ms);  // the stall under test (stall_after is 50 ms)
     done = true;
   });
   dispatcher->start();
@@ -627,6 +628,7 @@ BOOST_FIXTURE_TEST_CASE(a_dispatcher_that_keeps_up_is_quiet, Watched) {
   for (int i = 1; i <= 20; ++i) {
     dispatcher->inject(&device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1});
     BOOST_REQUIRE(heard.wait_for(i));
+    // Proves an absence: 20 x 10 ms of prompt serving, and the watchdog says nothing.
     std::this_thread::sleep_for(10ms);
   }
   dispatcher->stop();

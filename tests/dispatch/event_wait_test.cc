@@ -186,7 +186,7 @@ BOOST_AUTO_TEST_CASE(call_after_runs_once_and_a_cancelled_one_never) {
   std::atomic<int> cancelled_runs{0};
   ibev::Handle cancelled = dispatcher->call_after(20ms, [&] { ++cancelled_runs; });
   cancelled.release();
-  std::this_thread::sleep_for(150ms);  // an absence: past the cancelled timer's 20 ms
+  std::this_thread::sleep_for(150ms);  // proves an absence: the cancelled 20 ms timer never runs
   BOOST_TEST(runs.load() == 1);
   BOOST_TEST(cancelled_runs.load() == 0);
   BOOST_CHECK_THROW(dispatcher->call_after(-1ms, [] {}), std::invalid_argument);

@@ -72,7 +72,7 @@ BOOST_DATA_TEST_CASE(connect_exchange_and_disconnect_from_either_side, bdata::ma
   }
   BOOST_TEST(log.wait_count("client: TIMEWAIT_EXIT", 1, 20s), log.text());
   BOOST_TEST(log.wait_count("child0: TIMEWAIT_EXIT", 1, 20s), log.text());
-  std::this_thread::sleep_for(200ms);  // nothing more may come
+  std::this_thread::sleep_for(200ms);  // proves an absence: no event after TIMEWAIT_EXIT
   BOOST_TEST(joined(log.starting_with("client: ")) ==
                  "ADDR_RESOLVED, ROUTE_RESOLVED, ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
              log.text());
@@ -227,7 +227,7 @@ BOOST_DATA_TEST_CASE(an_id_closes_from_its_handler_or_another_thread_while_event
     BOOST_REQUIRE_MESSAGE(finishes_within([&] { id->close(); }, 5s),
                           "round " << round << ": close() hung");
     closed = true;
-    std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(1ms);  // proves an absence: the handler runs no more after close()
     BOOST_REQUIRE_MESSAGE(after_close.load() == 0,
                           "round " << round << ": the handler ran after close()");
     established += connected.load();

@@ -107,7 +107,9 @@ BOOST_AUTO_TEST_CASE(the_peers_link_goes_down_mid_traffic_and_the_client_reconne
   // too; it is put back when the link returns.
   run_command("sysctl -qw net.ipv6.conf." + test_netdev2() + ".keep_addr_on_down=1");
   run_command("ip link set " + test_netdev2() + " down");
-  // What the client's side shows while the link is down, and after.
+  // What the client's side shows while the link is down, and after: the
+  // outage under test (docs/softroce.md). Proves an absence too: the
+  // connection is not torn down under the application meanwhile.
   std::this_thread::sleep_for(15s);
   sending = false;
   sender.join();

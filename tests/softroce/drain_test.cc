@@ -199,7 +199,7 @@ BOOST_AUTO_TEST_CASE(a_qp_on_an_srq_drains_on_last_wqe_reached_or_its_timeout) {
   // Traffic towards the drained QP raises more LAST_WQE on 6.12: the drain
   // is over, nothing of it is left to hear them.
   for (int i = 0; i < 4; ++i) post_send(*a, *mr, memory.data() + 64 * (12 + i), 200 + i);
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(300ms);  // proves an absence: their events reach no drain, no error
   BOOST_TEST(finishes_within([&] { b.reset(); }, 5s));
   BOOST_TEST(env.errors().empty());
 }
@@ -345,6 +345,18 @@ BOOST_AUTO_TEST_CASE(drain_on_destroy_drains_then_destroys_without_blocking) {
              "dropping the QP blocked the dispatching thread");
   // Every request it had completed once, flushed or not; then it was
   // destroyed: its CQ goes without EBUSY.
+  const auto all_came = [&] {
+    for (std::uint64_t id = kDepth; id < 3 * kDepth; ++id) {
+      if (seen.count(qp_num, id) == 0) return false;
+    }
+    return true;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!all_came() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  // Proves an absence: no request completes twice, the marker never reaches the handler. It
+  // also leaves the dispatching thread time to destroy the QP, which the test cannot see.
   std::this_thread::sleep_for(1s);
   int missing = 0;
   for (std::uint64_t id = kDepth; id < 3 * kDepth; ++id) missing += seen.count(qp_num, id) == 1 ? 0 : 1;
@@ -402,7 +414,7 @@ BOOST_AUTO_TEST_CASE(waits_fire_once_on_real_events_and_time_out_cleanly) {
   Handle cancelled = wait_for(env.dispatcher, a->get(), {IBV_EVENT_COMM_EST}, 50ms,
                               [&](const WaitResult&) { ++cancelled_calls; });
   cancelled.release();
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(300ms);  // proves an absence: the cancelled 50 ms wait never calls
   BOOST_TEST(cancelled_calls.load() == 0);
 
   BOOST_CHECK_THROW(wait_for(env.dispatcher, a->get(), {IBV_EVENT_COMM_EST}, 0ms),

@@ -88,7 +88,7 @@ BOOST_AUTO_TEST_CASE(cq_err_reaches_only_the_overflowing_cq) {
   for (int i = 0; i < 4; ++i) post_srq_recv(*w.srq1, *w.mr, w.slot(10 + i), 100 + i);
   for (int i = 0; i < 4; ++i) post_send(*w.a1, *w.mr, w.slot(i), i);
   BOOST_REQUIRE(w.heard.wait_for("cq1", 1));
-  std::this_thread::sleep_for(500ms);  // let any stray event show
+  std::this_thread::sleep_for(500ms);  // proves an absence: no stray event to anyone else
   w.expect_only("cq1", IBV_EVENT_CQ_ERR, 0);
   BOOST_TEST(w.heard.from("cq1")[0].event.cq() == w.cq1->get());
   BOOST_TEST(w.env.errors().empty());
@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(srq_limit_reaches_only_that_srq) {
     BOOST_REQUIRE_EQUAL(done.size(), 1u);
   }
   BOOST_REQUIRE(w.heard.wait_for("srq1", 1));
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(500ms);  // proves an absence: no second limit event, no stray one
   w.expect_only("srq1", IBV_EVENT_SRQ_LIMIT_REACHED);  // one-shot
   BOOST_TEST(w.heard.from("srq1")[0].event.srq() == w.srq1->get());
 }
@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(sq_drained_reaches_only_that_qp) {
   World w;
   w.a1->drain_send_queue();
   BOOST_REQUIRE(w.heard.wait_for("a1", 1));
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(500ms);  // proves an absence: no second SQ_DRAINED, no stray event
   w.expect_only("a1", IBV_EVENT_SQ_DRAINED);
   BOOST_TEST(w.heard.from("a1")[0].event.qp() == w.a1->get());
 }
@@ -124,7 +124,7 @@ BOOST_AUTO_TEST_CASE(gid_change_reaches_the_device_listeners_only) {
   World w;
   run_command("ip -6 addr add fd00::99/64 dev " + test_netdev() + " nodad");
   BOOST_REQUIRE(w.heard.wait_for("rxe0 listener", 1));
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(500ms);  // proves an absence: no object handler hears the change
   w.expect_only("rxe0 listener", IBV_EVENT_GID_CHANGE);
   BOOST_TEST(w.heard.from("rxe0 listener")[0].event.port().value() == 1);
   run_command("ip -6 addr del fd00::99/64 dev " + test_netdev());
@@ -148,6 +148,15 @@ BOOST_AUTO_TEST_CASE(port_events_of_two_devices_reach_their_own_listeners) {
   BOOST_REQUIRE(w.heard.wait_for("rxe1 listener", 1));
   run_command("ip link set " + test_netdev2() + " up");
   BOOST_REQUIRE(w.heard.wait_for("rxe0 port listener", 2));
+  const auto rxe1_up_heard = [](const std::vector<Recorder::Entry>& entries) {
+    for (const auto& e : entries) {
+      if (e.who == "rxe1 listener" && e.event.code() == IBV_EVENT_PORT_ACTIVE) return true;
+    }
+    return false;
+  };
+  BOOST_REQUIRE_MESSAGE(w.heard.wait_until(rxe1_up_heard), "heard: " << w.heard.summary());
+  // Proves an absence: nothing beyond the flap reaches rxe0's listeners, no object handler
+  // hears anything.
   std::this_thread::sleep_for(1s);
   BOOST_TEST_MESSAGE("heard: " << w.heard.summary());
 
@@ -288,7 +297,9 @@ BOOST_AUTO_TEST_CASE(events_raised_while_stopped_arrive_after_restart) {
   World w;
   w.env.dispatcher.stop();
   w.a1->drain_send_queue();
-  std::this_thread::sleep_for(300ms);  // raised, queued in the kernel
+  // Proves an absence: rxe raises SQ_DRAINED meanwhile, and the stopped dispatcher delivers it
+  // to nobody (it stays queued in the kernel).
+  std::this_thread::sleep_for(300ms);
   BOOST_TEST(w.heard.entries().empty());
   w.env.dispatcher.start();
   BOOST_REQUIRE(w.heard.wait_for("a1", 1));

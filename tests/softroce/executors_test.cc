@@ -62,15 +62,19 @@ BOOST_AUTO_TEST_CASE(a_slow_event_handler_on_a_worker_does_not_delay_completions
   Env env{test_device()};
   WorkerThread worker;
   std::atomic<bool> slow_running{false}, slow_done{false};
+  std::promise<bool> completion;  // whether the slow handler was still running
+  const std::shared_future<bool> delivered = completion.get_future().share();
+  // Holds its thread until the completion was delivered (at most 10 s): had
+  // this handler held the completion back, it would come after those 10 s,
+  // with slow_done set.
   Handle slow = env.device->on_event(
       EventFilter{IBV_EVENT_SM_CHANGE},
-      [&](const Event&) {
+      [&slow_running, &slow_done, delivered](const Event&) {
         slow_running = true;
-        std::this_thread::sleep_for(200ms);
+        delivered.wait_for(10s);
         slow_done = true;
       },
       worker.executor());
-  std::promise<bool> completion;  // whether the slow handler was still running
   std::atomic<bool> once{false};
   auto cq = CompletionQueue::create(
       env.device,
@@ -80,9 +84,12 @@ BOOST_AUTO_TEST_CASE(a_slow_event_handler_on_a_worker_does_not_delay_completions
       nullptr);
   Link link(env.pd, cq);
   env.dispatcher.inject(env.device->context(), IBV_EVENT_SM_CHANGE, Port{1});
-  while (!slow_running) std::this_thread::sleep_for(1ms);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!slow_running && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  BOOST_REQUIRE(slow_running.load());
   link.message(1);
-  auto delivered = completion.get_future();
   BOOST_REQUIRE(delivered.wait_for(20s) == std::future_status::ready);
   BOOST_TEST(delivered.get(), "the completion waited for the slow handler");
   BOOST_TEST(env.errors().empty());

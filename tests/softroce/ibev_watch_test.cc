@@ -67,7 +67,7 @@ BOOST_AUTO_TEST_CASE(agrees_with_ibv_asyncwatch) {
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
   }
-  std::this_thread::sleep_for(500ms);  // nothing more should come
+  std::this_thread::sleep_for(500ms);  // proves an absence: neither prints anything more
   const int status = ibev_watch.stop();
   asyncwatch.stop();
   BOOST_TEST_MESSAGE("ibev-watch printed:\n" << ibev_watch.text());
@@ -118,7 +118,7 @@ BOOST_AUTO_TEST_CASE(short_forms_and_a_device_named_twice) {
                         "ibev-watch: " << ibev_watch.text());
   run_command("ip link set " + test_netdev() + " down");
   BOOST_REQUIRE(ibev_watch.wait_for_text("IBV_EVENT_PORT_ERR", 20s));
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(500ms);  // proves an absence: not watched twice
   const int status = ibev_watch.stop();
   run_command("ip link set " + test_netdev() + " up");
   // rxe may raise PORT_ERR more than once for one down (admin, carrier); a

@@ -63,13 +63,18 @@ class CqEntry {
   AtomicCompletionStats& stats() noexcept { return stats_; }
   unsigned unacked = 0;  // under the channel's mutex
 
+  // Still to be served: neither its watch released nor its Dispatcher
+  // destroyed (a handler may destroy it; the turn then ends at once, without
+  // calling the handler again, polling or re-arming).
+  bool watched() const noexcept { return !guard_.closed() && !reactor_.orphaned.load(); }
+
   // Polls the CQ until it is empty, the watch is released or `limit`
   // completions were taken, handing each batch to the handler; returns how
   // many it took (== limit: the CQ may hold more).
   std::uint64_t drain(std::uint64_t limit) noexcept {
     std::array<ibv_wc, 256> wcs;  // hand_over takes ibev's own out of it
     std::uint64_t drained = 0;
-    while (drained < limit && !guard_.closed()) {
+    while (drained < limit && watched()) {
       const auto want = std::min<std::uint64_t>(options_.poll_batch, limit - drained);
       const int n = ibv_poll_cq(cq_, static_cast<int>(want), wcs.data());
       if (n < 0) {
@@ -116,7 +121,7 @@ class CqEntry {
     if (adaptive) {
       // Reading the clock costs more than an empty poll: look every 64 polls.
       const auto turn_start = std::chrono::steady_clock::now();
-      for (unsigned empty = 0; !guard_.closed(); ++empty) {
+      for (unsigned empty = 0; watched(); ++empty) {
         if (const std::uint64_t more = drain(budget - drained); more > 0) {
           drained += more;
           bump(stats_.polled, more);
@@ -135,7 +140,7 @@ class CqEntry {
         }
       }
     }
-    if (!guard_.closed()) {
+    if (watched()) {
       if (const int rc = ibv_req_notify_cq(cq_, options_.solicited_only ? 1 : 0); rc != 0) {
         report(Failure::verb_failed("ibv_req_notify_cq", rc));
       }

@@ -5,7 +5,9 @@
 //
 // Locking: `control_` serialises start() and stop() (and the thread handle)
 // among application threads; the dispatching thread takes it only when a
-// handler destroys the Dispatcher. The watchdog has its own mutex, for its
+// handler destroys the Dispatcher. `exited_mutex_` guards thread_exited()'s
+// future alone, never across a join, so a handler may ask for it while
+// stop() waits for that handler. The watchdog has its own mutex, for its
 // sleep; it takes no other lock.
 #include <ibev/dispatch/dispatcher.h>
 
@@ -200,7 +202,10 @@ void Dispatcher::start() {
   reactor_->stop_requested = false;
   reactor_->thread_running = true;
   std::promise<void> exited;
-  thread_exited_ = exited.get_future().share();
+  {
+    std::lock_guard<std::mutex> exited_lock(exited_mutex_);
+    thread_exited_ = exited.get_future().share();
+  }
   thread_ = std::make_unique<std::thread>(
       [reactor = reactor_, exited = std::move(exited)]() mutable {
         detail::run_loop(reactor);
@@ -211,7 +216,7 @@ void Dispatcher::start() {
 }
 
 std::shared_future<void> Dispatcher::thread_exited() const {
-  std::lock_guard<std::mutex> lock(control_);
+  std::lock_guard<std::mutex> lock(exited_mutex_);
   return thread_exited_;
 }
 
@@ -245,10 +250,13 @@ std::size_t Dispatcher::run_once(std::chrono::milliseconds timeout) {
   if (running()) {
     throw std::logic_error("Dispatcher::run_once: the dispatcher thread is running");
   }
-  if (reactor_->driving.exchange(true)) {
+  // Its own hold on the reactor: a handler may destroy the Dispatcher, and
+  // the turn ends after it.
+  const std::shared_ptr<detail::Reactor> reactor = reactor_;
+  if (reactor->driving.exchange(true)) {
     throw std::logic_error("Dispatcher::run_once: called again while running");
   }
-  const auto previous = reactor_->dispatcher_thread.exchange(std::this_thread::get_id());
+  const auto previous = reactor->dispatcher_thread.exchange(std::this_thread::get_id());
   struct Restore {
     detail::Reactor& reactor;
     std::thread::id previous;
@@ -256,8 +264,8 @@ std::size_t Dispatcher::run_once(std::chrono::milliseconds timeout) {
       reactor.dispatcher_thread = previous;
       reactor.driving = false;
     }
-  } restore{*reactor_, previous};
-  return reactor_->run_turn(static_cast<int>(timeout.count()));
+  } restore{*reactor, previous};
+  return reactor->run_turn(static_cast<int>(timeout.count()));
 }
 
 Handle Dispatcher::watch_async_events(ibv_context* device, AsyncDelivery deliver) {

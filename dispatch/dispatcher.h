@@ -46,13 +46,16 @@
 // be dropped or close()d, which runs their destroy verbs only, and their
 // calls that need the Dispatcher (making a CQ, a drain) throw ENODEV. CM
 // ids and DeviceClients are the exception: the Dispatcher must outlive them
-// (cm/cm_id.h, verbs/device_clients.h). Its destructor stops it; every fd
-// still watched gets its flags back, and tasks or injected events never
-// dispatched are reported.
+// (cm/cm_id.h, verbs/device_clients.h). Outliving is after the destructor
+// returned: a call on another thread that reaches the Dispatcher (making a
+// CQ, a drain, Device::dispatcher()) must not race its destruction. Its
+// destructor stops it; every fd still watched gets its flags back, and tasks
+// or injected events never dispatched are reported.
 // From inside one of its own handlers it does not wait for the thread (which
 // cannot join itself), but it has let go of every watched fd when it
 // returns: the thread then only returns from that handler, touching no fd
-// or object of the application's, and ends (thread_exited()).
+// or object of the application's (no handler is called again), and ends
+// (thread_exited()).
 //
 // Fork: in a child forked after the Dispatcher was made, every handle and
 // the Dispatcher itself are inert: releasing or destroying them touches
@@ -241,8 +244,9 @@ class Dispatcher {
   Handle watch_fd(int fd, std::uint32_t events, FdHandler handler,
                   Executor executor = {});
 
-  // Runs `task` on the dispatching thread, on the next turn. A task that
-  // throws is reported (kHandlerThrew).
+  // Runs `task` on the dispatching thread, in posting order: on the next
+  // turn, or a later one when more than Options::batch tasks wait (turns
+  // follow without sleeping). A task that throws is reported (kHandlerThrew).
   void post(Task task);
   // Runs `task` once, `delay` from now, in a turn (on `executor` if given):
   // a one-shot timerfd in the loop. Releasing the handle cancels it (with
@@ -265,6 +269,9 @@ class Dispatcher {
   std::shared_ptr<detail::Reactor> reactor_;
   mutable std::mutex control_;           // start() and stop() among app threads
   std::unique_ptr<std::thread> thread_;  // between start() and its join
+  // Its own lock, never held across a join: a handler may ask for it while
+  // stop() on another thread holds `control_` and waits for that handler.
+  mutable std::mutex exited_mutex_;
   std::shared_future<void> thread_exited_;  // the last started thread's
   std::unique_ptr<detail::Watchdog> watchdog_;
   std::shared_ptr<detail::DeviceTracker> tracker();

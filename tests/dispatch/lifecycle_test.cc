@@ -172,10 +172,18 @@ std::ostream& operator<<(std::ostream& out, ReadingSource source) {
 const ReadingSource kReadingSources[] = {ReadingSource::kAsyncFd,
                                          ReadingSource::kCompletionChannel};
 
+// `full`: every poll finds one more completion, as a CQ under load would.
 struct FakeCq {
-  FakeCq() {
+  explicit FakeCq(bool full = false) {
     BOOST_REQUIRE(::pipe(fds) == 0);
-    context.ops.poll_cq = [](ibv_cq*, int, ibv_wc*) { return 0; };
+    if (full) {
+      context.ops.poll_cq = [](ibv_cq*, int, ibv_wc* wc) {
+        *wc = ibv_wc{};
+        return 1;
+      };
+    } else {
+      context.ops.poll_cq = [](ibv_cq*, int, ibv_wc*) { return 0; };
+    }
     context.ops.req_notify_cq = [](ibv_cq*, int) { return 0; };
     channel.fd = fds[0];
     channel.context = &context;
@@ -269,6 +277,78 @@ BOOST_AUTO_TEST_CASE(destroying_the_dispatcher_from_its_own_handler) {
   fake.close_async_fd();  // the application's to close now
   BOOST_TEST((exited.wait_for(5s) == std::future_status::ready));
   watch.release();  // inert, and harmless
+}
+
+// Destroyed by a CQ's completion handler while the CQ still has
+// completions: the drain used to go on after the handler returned (it
+// checked its own watch, not the Dispatcher), calling the handler again, then
+// re-arming the CQ, after the destructor had returned.
+BOOST_AUTO_TEST_CASE(destroyed_from_a_completion_handler_it_calls_no_handler_again) {
+  FakeCq cq(/*full=*/true);
+  auto dispatcher = std::make_unique<Dispatcher>();
+  std::atomic<int> calls{0};
+  std::shared_future<void> exited;
+  std::promise<void> destroyed;
+  ibev::Handle watch = dispatcher->watch_completions(&cq.cq, {}, [&](const ibev::CompletionBatch&) {
+    if (++calls > 1) return;
+    exited = dispatcher->thread_exited();
+    dispatcher.reset();
+    destroyed.set_value();
+  });
+  dispatcher->start();
+  BOOST_REQUIRE(::write(cq.fds[1], "x", 1) == 1);  // the channel is readable: served
+  BOOST_REQUIRE(destroyed.get_future().wait_for(5s) == std::future_status::ready);
+  BOOST_REQUIRE((exited.wait_for(5s) == std::future_status::ready));
+  BOOST_TEST(calls.load() == 1, "the handler was called again after the destructor returned");
+  watch.release();  // inert, and harmless
+}
+
+// thread_exited() from a handler while another thread's stop() waits for
+// that handler: it took the lock stop() holds across its join, and both
+// waited for good. In a child with an alarm, so that a hang fails this case.
+BOOST_AUTO_TEST_CASE(thread_exited_from_a_handler_that_stop_waits_for) {
+  const int status = in_child(
+      [] {
+        ibv_context device{};
+        Dispatcher dispatcher;
+        std::promise<void> entered;
+        std::atomic<bool> asked{false};
+        ibev::Handle listener = dispatcher.registry().listen(&device, [&](const Event&) {
+          entered.set_value();
+          const auto deadline = std::chrono::steady_clock::now() + 5s;
+          while (dispatcher.running() && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(1ms);  // until stop() has begun
+          }
+          static_cast<void>(dispatcher.thread_exited());
+          asked = true;
+        });
+        dispatcher.start();
+        dispatcher.inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+        if (entered.get_future().wait_for(5s) != std::future_status::ready) return 2;
+        dispatcher.stop();
+        return asked ? 0 : 3;
+      },
+      10);
+  BOOST_TEST(status == 0, "the child ended with " << status << " (114: hung, SIGALRM)");
+}
+
+// run_once() whose handler destroys the Dispatcher: the turn ends on the
+// reactor run_once() holds (it used to go on on freed memory: ASan).
+BOOST_AUTO_TEST_CASE(destroyed_from_a_handler_run_by_run_once) {
+  ibv_context device{};
+  auto dispatcher = std::make_unique<Dispatcher>();
+  int heard = 0;
+  ibev::Handle listener = dispatcher->registry().listen(&device, [&](const Event&) {
+    ++heard;
+    dispatcher.reset();
+  });
+  dispatcher->inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+  dispatcher->inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+  Dispatcher* driving = dispatcher.get();
+  driving->run_once(1s);
+  BOOST_TEST(!dispatcher);
+  BOOST_TEST(heard == 1, "a handler ran after the Dispatcher was destroyed");
+  listener.release();  // inert, and harmless
 }
 
 BOOST_AUTO_TEST_CASE(thread_exited_follows_each_start) {

@@ -39,18 +39,30 @@ void require_psn(const char* what, std::uint32_t psn) {
 using DrainDone = std::function<void(const DrainReport&, std::error_code)>;
 
 // One drain in progress: what it still waits for (markers, LAST_WQE), and
-// the one call of `done`, after its subscriptions are released. Its timer,
-// in the Dispatcher's loop, owns it; the rest see it weakly. So a Dispatcher
-// destroyed mid-drain takes it along: `done` is never called, and what
-// `done` held (a QP dropped with drain_on_destroy) is destroyed with it.
+// the one call of `done`. Its timer, in the Dispatcher's loop, owns it; the
+// rest see it weakly. So a Dispatcher destroyed mid-drain takes it along:
+// `done` is never called, and what `done` held (a QP dropped with
+// drain_on_destroy) is destroyed with it.
+//
+// Answered (`done` called) and over (its subscriptions released) are apart
+// for one case: a drain cancelled by close() is answered at once, but its
+// markers may still come, and their takers stay until they have, or its
+// timer has fired, so that no marker ever reaches the application.
 class Drain {
  public:
   explicit Drain(DrainDone done) : done_(std::move(done)) {}
 
   void expect(int count) { waiting_ += count; }
+  // Kept until the drain is over; released at once if it already is.
   void hold(Handle handle) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    handles_.push_back(std::move(handle));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!over_) {
+        handles_.push_back(std::move(handle));
+        return;
+      }
+    }
+    handle.release();
   }
 
   // One awaited thing came; `note` records it in the report.
@@ -59,37 +71,62 @@ class Drain {
     bool last;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (finished_) return;
-      note(report_);
+      if (over_) return;
+      if (!answered_) note(report_);
       last = --waiting_ == 0;
     }
     if (last) finish({});
   }
 
-  bool finished() {
+  bool answered() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return finished_;
+    return answered_;
   }
 
+  // Over: `done` runs (unless it ran), and the subscriptions go.
   void finish(std::error_code error) noexcept {
+    release_all();
+    answer(error);
+  }
+  // close() ended it: `done` runs now; what it posted is still taken.
+  void cancel(std::error_code error) noexcept { answer(error); }
+  // It could not start: the subscriptions go, and `done` never runs (the
+  // caller hears the exception instead).
+  void abandon() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      answered_ = true;
+    }
+    release_all();
+  }
+
+ private:
+  void release_all() noexcept {
     std::vector<Handle> handles;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (finished_) return;
-      finished_ = true;
+      if (over_) return;
+      over_ = true;
       handles.swap(handles_);
     }
     // From inside one of their own callbacks: that one does not wait.
     for (auto it = handles.rbegin(); it != handles.rend(); ++it) it->release();
+  }
+  void answer(std::error_code error) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (answered_) return;
+      answered_ = true;
+    }
     if (auto threw = exception_text([&] { done_(report_, error); })) {
       send_to({}, Failure::handler_threw("drain's done", std::move(*threw)));
     }
   }
 
- private:
   std::mutex mutex_;
   int waiting_ = 0;
-  bool finished_ = false;
+  bool answered_ = false;
+  bool over_ = false;
   DrainReport report_;
   DrainDone done_;
   std::vector<Handle> handles_;
@@ -110,14 +147,14 @@ struct PolledMarker {
 
 // Polls the CQs of `markers` until each has come, handing every other
 // completion to `handler`; `arrived` for each marker; false when `timeout`
-// passed first. Stops early once `drain` finished otherwise (a close()).
+// passed first. Stops early once `drain` was answered otherwise (a close()).
 template <typename Arrived>
 bool poll_for_markers(std::vector<PolledMarker> markers, std::uint32_t qp_num,
                       const CompletionHandler& handler, std::chrono::milliseconds timeout,
                       Drain& drain, const Arrived& arrived) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::array<ibv_wc, 32> wcs;
-  while (!markers.empty() && !drain.finished()) {
+  while (!markers.empty() && !drain.answered()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     ibv_cq* cq = markers.front().cq;
     const int n = ibv_poll_cq(cq, static_cast<int>(wcs.size()), wcs.data());
@@ -143,14 +180,25 @@ bool poll_for_markers(std::vector<PolledMarker> markers, std::uint32_t qp_num,
   return true;
 }
 
+// Markers on kPolled CQs, which the drain polls for itself once its verbs
+// are done: run by the caller after it let go of the QP, since `done` may
+// drop the last reference to it. Holds those CQs while it polls.
+struct MarkerPoll {
+  std::shared_ptr<Drain> drain;  // null: nothing to poll
+  std::vector<PolledMarker> markers;
+  std::vector<std::shared_ptr<CompletionQueue>> cqs;
+  std::uint32_t qp_num = 0;
+  void run(const DrainOptions& options) noexcept;
+};
+
 // The kernel's __ib_drain_sq/__ib_drain_rq, for userspace: what to wait for
 // is registered first (the markers' completions, LAST_WQE_REACHED, a
 // timer), then the QP goes to ERR and the markers are posted; markers on
-// kPolled CQs are polled for here. `done` runs once. Throws (and `done`
-// never runs) when it cannot start.
+// kPolled CQs are left to the MarkerPoll it returns. `done` runs once.
+// Throws (and `done` never runs) when it cannot start.
 // `track`: told of the drain once it exists, before its verbs, so that a
 // close() can end it; it throws to refuse (the QP is closing).
-void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events, Queues queues,
+MarkerPoll start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events, Queues queues,
                  const DrainOptions& options, DrainDone done,
                  const std::function<void(const std::shared_ptr<Drain>&)>& track = {}) {
   if (qp->qp_type == IBV_QPT_UD) {
@@ -257,19 +305,32 @@ void start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events
       }
     }
   } catch (...) {
-    drain->finish({});  // releases what it registered; `done` is the caller's to forget
+    drain->abandon();  // releases what it registered; `done` never runs
     throw;
   }
-  if (polled_markers.empty()) return;
+  MarkerPoll rest;
+  if (polled_markers.empty()) return rest;
+  rest.drain = std::move(drain);
+  rest.markers = std::move(polled_markers);
+  rest.qp_num = qp->qp_num;
+  for (const auto* cq : {&parents.send_cq, &parents.recv_cq}) {
+    if (polled(*cq)) rest.cqs.push_back(*cq);
+  }
+  return rest;
+}
+
+void MarkerPoll::run(const DrainOptions& options) noexcept {
+  if (!drain) return;
   try {
     const bool all_came = poll_for_markers(
-        std::move(polled_markers), qp->qp_num, options.polled, options.timeout, *drain,
+        std::move(markers), qp_num, options.polled, options.timeout, *drain,
         [&](bool is_send) {
           drain->arrived([is_send](DrainReport& report) {
             (is_send ? report.send_drained : report.receive_drained) = true;
           });
         });
-    if (!all_came) drain->finish(std::make_error_code(std::errc::timed_out));
+    // Over either way (a close() stops the polling: nobody takes the rest).
+    drain->finish(all_came ? std::error_code{} : std::make_error_code(std::errc::timed_out));
   } catch (const std::system_error& e) {
     drain->finish(e.code());
   } catch (const std::exception&) {  // DrainOptions::polled threw
@@ -350,7 +411,8 @@ QueuePair::~QueuePair() {
     DrainOptions options;
     options.polled = [](const CompletionBatch&) {};  // nobody is left to hear them
     start_drain(qp, parents_, pd_->device()->dispatcher(), Queues::kBoth, options,
-                [draining](const DrainReport&, std::error_code) { draining->close(); });
+                [draining](const DrainReport&, std::error_code) { draining->close(); })
+        .run(options);
   } catch (const std::exception&) {
     draining->close();
   }
@@ -385,33 +447,41 @@ void QueuePair::close() noexcept {
     }
     const auto cancelled = std::make_error_code(std::errc::operation_canceled);
     for (const auto& weak : running) {
-      if (auto drain = weak.lock()) drain->finish(cancelled);
+      if (auto drain = weak.lock()) drain->cancel(cancelled);
     }
   }
   drain_verbs_.wait_idle();  // not for a drain on this thread (close() from its callback)
   qp_.close();
 }
 
+// The verbs under drain_verbs_, which close() waits for; the polling for
+// markers on kPolled CQs after it, touching nothing of this QueuePair, which
+// `done` may destroy.
 void QueuePair::run_drain(const char* verb, detail::DrainedQueues queues,
                           const DrainOptions& options,
                           std::function<void(const DrainReport&, std::error_code)> done) {
-  if (!drain_verbs_.try_enter()) detail::throw_closed(verb);
-  struct Leave {
-    detail::CallGuard& guard;
-    ~Leave() { guard.leave(); }
-  } leave{drain_verbs_};
-  ibv_qp* qp = qp_.require(verb);
-  const std::shared_ptr<Drains> drains = this->drains();
-  start_drain(qp, parents_, pd_->device()->dispatcher(), queues, options, std::move(done),
-              [&drains, verb](const std::shared_ptr<Drain>& drain) {
-                std::lock_guard<std::mutex> lock(drains->mutex);
-                if (drains->closing) detail::throw_closed(verb);
-                auto& running = drains->running;
-                running.erase(std::remove_if(running.begin(), running.end(),
-                                             [](const auto& weak) { return weak.expired(); }),
-                              running.end());
-                running.push_back(drain);
-              });
+  MarkerPoll rest;
+  {
+    if (!drain_verbs_.try_enter()) detail::throw_closed(verb);
+    struct Leave {
+      detail::CallGuard& guard;
+      ~Leave() { guard.leave(); }
+    } leave{drain_verbs_};
+    ibv_qp* qp = qp_.require(verb);
+    const std::shared_ptr<Drains> drains = this->drains();
+    rest = start_drain(qp, parents_, pd_->device()->dispatcher(), queues, options,
+                       std::move(done), [&drains, verb](const std::shared_ptr<Drain>& drain) {
+                         std::lock_guard<std::mutex> lock(drains->mutex);
+                         if (drains->closing) detail::throw_closed(verb);
+                         auto& running = drains->running;
+                         running.erase(
+                             std::remove_if(running.begin(), running.end(),
+                                            [](const auto& weak) { return weak.expired(); }),
+                             running.end());
+                         running.push_back(drain);
+                       });
+  }
+  rest.run(options);
 }
 
 std::uint32_t QueuePair::qp_num() const { return qp_.require("QueuePair::qp_num")->qp_num; }

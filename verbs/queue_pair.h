@@ -25,11 +25,15 @@
 // drain_on_destroy, dropping the last reference drains first, then destroys,
 // without blocking (the dispatching thread finishes it).
 //
-// close() racing a drain on another thread: close() waits while the drain
-// is inside its verbs (moving the QP to ERR, posting its markers), then ends
-// the drain with ECANCELED (the blocking forms throw it; drain_async's
-// `done` gets it, on the closing thread) before it destroys the QP. A drain
-// started after close() throws ENODEV. Posting (post_send, post_recv, the
+// close() racing a drain on another thread: close() ends the drain with
+// ECANCELED (the blocking forms throw it; drain_async's `done` gets it, on
+// the closing thread), waits while the drain is inside its verbs (moving the
+// QP to ERR, posting its markers), then destroys the QP. The markers of a
+// cancelled drain are still taken until they come or its timeout passes, so
+// the handler never sees them (a kPolled CQ is the exception: the drain
+// stops polling it, and the application's own polling may find a marker,
+// whose wr_id is none of its own). A drain started after close() throws
+// ENODEV. Posting (post_send, post_recv, the
 // plain verbs on get()) is not waited for: stop posting before closing, as
 // with rdma-core's ibv_destroy_qp.
 #ifndef IBEV_VERBS_QUEUE_PAIR_H_

@@ -550,12 +550,21 @@ void CmId::close() noexcept {
     return;
   }
   rdma_cm_id* id = get();
+  if (channel_->state_->inherited()) {
+    // A forked child's copy: the parent's id, forgotten, not destroyed. Its
+    // locks and its handler's guard are as the parent's threads left them
+    // at the fork (a handler running then never returns here): nothing of
+    // them is taken or waited for, and no other thread is left to race.
+    state_->id.store(nullptr);
+    std::shared_ptr<QueuePair> qp = std::move(state_->qp);
+    qp.reset();
+    closed_ = true;
+    return;
+  }
   channel_->state_->remove(id);  // an event read from now on is not routed
   state_->guard.close();
   state_->guard.wait_idle();
-  if (channel_->state_->inherited()) {
-    state_->id.store(nullptr);  // the parent's: forgotten, not destroyed
-  } else {
+  {
     std::lock_guard<std::mutex> calls(channel_->state_->calls);
     state_->id.store(nullptr);
     if (rdma_destroy_id(id) != 0) {
@@ -565,7 +574,7 @@ void CmId::close() noexcept {
       channel_->state_->report(std::move(failure));
     }
   }
-  if (state_->device_removed && !channel_->state_->inherited()) release_removed_devices();
+  if (state_->device_removed) release_removed_devices();
   std::shared_ptr<QueuePair> qp;  // let go outside the lock
   {
     std::lock_guard<std::mutex> lock(state_->mutex);

@@ -5,6 +5,7 @@
 // peer in both roles.
 #define BOOST_TEST_MODULE ibev_softroce_cm
 #include <endian.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <random>
 #include <string>
@@ -165,6 +167,37 @@ BOOST_AUTO_TEST_CASE(connecting_where_nobody_listens_is_an_error_event_not_a_han
   BOOST_TEST_MESSAGE("connecting to port " << unused_port << " with nobody listening: " << ended());
   BOOST_TEST(!ended().empty(), log.text());
   BOOST_TEST(log.count("client: ESTABLISHED") == 0u);
+}
+
+// A forked child dropping a CM id it inherited while the parent's handler
+// of that id was running at the fork: it used to wait for that handler (a
+// thread of the parent's, absent in the child) and hung. It forgets the id.
+BOOST_AUTO_TEST_CASE(a_forked_child_drops_an_id_whose_handler_ran_at_the_fork) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  std::promise<void> in_handler, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> once{false};
+  auto id = CmId::create(channel, [&](const CmEvent&) {
+    if (once.exchange(true)) return;
+    in_handler.set_value();
+    released.wait_for(20s);
+  });
+  id->resolve_addr(nullptr, CmAddress::parse(cm_host(), 0), 2000ms);
+  BOOST_REQUIRE(in_handler.get_future().wait_for(20s) == std::future_status::ready);
+  const pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(10);
+    id.reset();
+    channel.reset();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  release.set_value();
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+             "the child ended with status " << status << " (SIGALRM: it hung)");
 }
 
 namespace {

@@ -133,16 +133,17 @@ write_job() {
     # out shows where it was.
     printf 'export BOOST_TEST_LOGGER=%q\n' "HRF,unit_scope,stdout:JUNIT,message,$results/junit.xml"
     printf 'cd %q || exit 98\n' "$PWD"
-    # A test still running this long after the job started is ended, after
-    # every thread's stack is written to the log, before the host's own
-    # timeout kills the VM with nothing said: the next hang names itself.
+    # A test still running this long after the guest booted (when the
+    # host's timeout started counting) is ended, after every thread's stack
+    # is written to the log, before the host's own timeout kills the VM with
+    # nothing said: the next hang names itself.
     printf 'stacks_after=%q\n' "$(stacks_after)"
     # gdb gets half the margin, so that the dump is written before the host's
     # timeout ends the VM.
     printf 'gdb_for=%q\n' "$(($(stacks_margin) / 2))"
     cat <<'WATCH'
 dump_stacks() {
-  echo "softroce: the test still runs after ${stacks_after}s; every thread's stack:"
+  echo "softroce: the test still runs ${stacks_after}s after boot; every thread's stack:"
   local task
   for task in /proc/"$1"/task/*; do
     echo "-- thread ${task##*/} ($(cat "$task/comm" 2>/dev/null)), kernel stack:"
@@ -161,11 +162,16 @@ WATCH
     cat <<'WATCH'
 test_pid=$!
 (
-  sleep "$stacks_after" &
+  up=$(cut -d. -f1 /proc/uptime)
+  sleep $((stacks_after > up ? stacks_after - up : 1)) &
   sleeper=$!
   trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
   wait "$sleeper"
-  kill -0 "$test_pid" 2>/dev/null && dump_stacks "$test_pid" && kill -9 "$test_pid"
+  # Ended whatever the dump says (gdb may be cut off by its timeout).
+  if kill -0 "$test_pid" 2>/dev/null; then
+    dump_stacks "$test_pid"
+    kill -9 "$test_pid"
+  fi
 ) &
 watcher=$!
 wait "$test_pid"
@@ -176,9 +182,9 @@ WATCH
   } >"$results/job.sh"
 }
 
-# Seconds into the job after which a test's stacks are dumped and it is
-# ended: the guest's timeout less its boot and the dump (a quarter of it, at
-# least 30 s).
+# Seconds after the guest's boot after which a test's stacks are dumped and
+# it is ended: the guest's timeout less the dump's margin (a quarter of it,
+# at least 30 s; gdb gets half of that).
 stacks_margin() {
   local margin=$((timeout_s / 4))
   ((margin < 30)) && margin=30

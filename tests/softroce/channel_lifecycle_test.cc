@@ -67,15 +67,6 @@ struct Traffic {
   MrPtr mr;
 };
 
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit = 20s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
 std::function<void(ibv_comp_channel*)> on_channel_retired;
 
 }  // namespace

@@ -95,15 +95,6 @@ struct Link {
   }
 };
 
-// Waits for `done()`; false if it stayed false for `limit`.
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
-  return done();
-}
-
 // Holds the first turn of one adaptive CQ that took a completion at the seam
 // after its first drain (before its quiet clock starts) until release(), 20 s
 // at most, and tells when that CQ is armed again after it: a test acts inside

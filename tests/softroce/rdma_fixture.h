@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <optional>
 #include <iosfwd>
@@ -119,6 +120,11 @@ class BlockingCommand {
   std::chrono::steady_clock::time_point started_;
   std::future<void> result_;
 };
+
+// Whether `condition` became true within `limit`, looked at every 5 ms: a
+// wait on a condition, where a fixed sleep would be a guess.
+bool eventually(const std::function<bool()>& condition,
+                std::chrono::milliseconds limit = std::chrono::seconds(20));
 
 // Polls `cq` until `count` completions arrived or `timeout` passed; returns
 // what arrived.

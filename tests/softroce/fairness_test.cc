@@ -11,6 +11,7 @@
 #include <boost/test/unit_test.hpp>
 #include <future>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "tests/softroce/rdma_fixture.h"
@@ -45,6 +46,8 @@ struct Saturated {
   std::shared_ptr<QueuePair> sender;
   std::atomic<bool> sending{true};
   std::thread traffic;
+  std::mutex posting;     // the busy CQ's handler re-posting, against teardown
+  bool stopping = false;  // under `posting`
 
   Saturated() {
     CompletionQueue::Options options;
@@ -55,10 +58,11 @@ struct Saturated {
     busy_cq = CompletionQueue::create(
         env.device,
         [this](const CompletionBatch& batch) {
+          std::lock_guard<std::mutex> lock(posting);
           for (const ibv_wc& wc : batch) {
             ++busy;
             // Keep the receive queue full: the inflow never stops for lack of it.
-            if (wc.status == IBV_WC_SUCCESS) {
+            if (wc.status == IBV_WC_SUCCESS && !stopping) {
               post_recv(*receiver, *mr, slot(static_cast<int>(wc.wr_id)), wc.wr_id);
             }
           }
@@ -70,12 +74,14 @@ struct Saturated {
     for (int i = 0; i < kSlots; ++i) post_recv(*receiver, *mr, slot(i), i);
     traffic = std::thread([this] { send_until_told(); });
   }
-  // The traffic stops, then the busy CQ's handler, which re-posts into
-  // `receiver`: it must not run while the members it touches are destroyed.
+  // The traffic stops, then the busy CQ's handler posts no more: it must not
+  // post into `receiver` while that is destroyed (posting racing a QP's
+  // destruction is the application's to prevent, as with ibv_destroy_qp).
   ~Saturated() {
     sending = false;
     traffic.join();
-    busy_cq->close();
+    std::lock_guard<std::mutex> lock(posting);
+    stopping = true;
   }
 
   std::shared_ptr<QueuePair> qp(std::shared_ptr<CompletionQueue> send,

@@ -538,6 +538,18 @@ CmId::Locked CmId::lock_id(const char* verb) const {
 // A handler running now may still use the id (it is waited for, unless this
 // is that handler); the id goes after it, under the call lock.
 void CmId::close() noexcept {
+  if (channel_->state_->inherited()) {
+    // A forked child's copy: the parent's id, forgotten, not destroyed. Its
+    // locks and its handler's guard are as the parent's threads left them
+    // at the fork (a handler running then never returns here): nothing of
+    // them is taken or waited for, and no other thread is left to race.
+    if (closing_.exchange(true)) return;
+    state_->id.store(nullptr);
+    std::shared_ptr<QueuePair> qp = std::move(state_->qp);
+    qp.reset();
+    closed_ = true;
+    return;
+  }
   if (closing_.exchange(true)) {
     // Another close() runs. From inside this id's handler, return (that one
     // waits for this call to end, unless it is this call); from anywhere
@@ -550,17 +562,6 @@ void CmId::close() noexcept {
     return;
   }
   rdma_cm_id* id = get();
-  if (channel_->state_->inherited()) {
-    // A forked child's copy: the parent's id, forgotten, not destroyed. Its
-    // locks and its handler's guard are as the parent's threads left them
-    // at the fork (a handler running then never returns here): nothing of
-    // them is taken or waited for, and no other thread is left to race.
-    state_->id.store(nullptr);
-    std::shared_ptr<QueuePair> qp = std::move(state_->qp);
-    qp.reset();
-    closed_ = true;
-    return;
-  }
   channel_->state_->remove(id);  // an event read from now on is not routed
   state_->guard.close();
   state_->guard.wait_idle();

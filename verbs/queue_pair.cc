@@ -329,8 +329,9 @@ void MarkerPoll::run(const DrainOptions& options) noexcept {
             (is_send ? report.send_drained : report.receive_drained) = true;
           });
         });
-    // Over either way (a close() stops the polling: nobody takes the rest).
-    drain->finish(all_came ? std::error_code{} : std::make_error_code(std::errc::timed_out));
+    // All came, or a close() stopped the polling: the drain ends with its
+    // last awaited thing, its timer, or this hold on it.
+    if (!all_came) drain->finish(std::make_error_code(std::errc::timed_out));
   } catch (const std::system_error& e) {
     drain->finish(e.code());
   } catch (const std::exception&) {  // DrainOptions::polled threw
@@ -423,6 +424,10 @@ struct QueuePair::Drains {
   std::mutex mutex;
   bool closing = false;
   std::vector<std::weak_ptr<Drain>> running;
+  // Held while a drain polls kPolled CQs for its markers, after its verbs:
+  // close() waits for it (the CQs may go once it returns), and it lives on
+  // with the drain when `done` destroys the QueuePair.
+  detail::CallGuard polls;
 };
 
 std::shared_ptr<QueuePair::Drains> QueuePair::drains() {
@@ -451,24 +456,30 @@ void QueuePair::close() noexcept {
     }
   }
   drain_verbs_.wait_idle();  // not for a drain on this thread (close() from its callback)
+  if (const std::shared_ptr<Drains> drains = std::atomic_load(&drains_)) {
+    drains->polls.close();  // cancelled: its polling stops at its next look
+    drains->polls.wait_idle();
+  }
   qp_.close();
 }
 
-// The verbs under drain_verbs_, which close() waits for; the polling for
-// markers on kPolled CQs after it, touching nothing of this QueuePair, which
-// `done` may destroy.
+// The verbs under drain_verbs_, the polling for markers on kPolled CQs
+// after it under Drains::polls (close() waits for both), touching nothing of
+// this QueuePair then: `done` may destroy it.
 void QueuePair::run_drain(const char* verb, detail::DrainedQueues queues,
                           const DrainOptions& options,
                           std::function<void(const DrainReport&, std::error_code)> done) {
+  struct Leave {
+    detail::CallGuard& guard;
+    ~Leave() { guard.leave(); }
+  };
   MarkerPoll rest;
+  std::shared_ptr<Drains> drains;
   {
     if (!drain_verbs_.try_enter()) detail::throw_closed(verb);
-    struct Leave {
-      detail::CallGuard& guard;
-      ~Leave() { guard.leave(); }
-    } leave{drain_verbs_};
+    const Leave leave{drain_verbs_};
     ibv_qp* qp = qp_.require(verb);
-    const std::shared_ptr<Drains> drains = this->drains();
+    drains = this->drains();
     rest = start_drain(qp, parents_, pd_->device()->dispatcher(), queues, options,
                        std::move(done), [&drains, verb](const std::shared_ptr<Drain>& drain) {
                          std::lock_guard<std::mutex> lock(drains->mutex);
@@ -481,6 +492,8 @@ void QueuePair::run_drain(const char* verb, detail::DrainedQueues queues,
                          running.push_back(drain);
                        });
   }
+  if (!rest.drain || !drains->polls.try_enter()) return;  // nothing to poll, or cancelled
+  const Leave leave{drains->polls};
   rest.run(options);
 }
 

@@ -28,7 +28,8 @@
 // close() racing a drain on another thread: close() ends the drain with
 // ECANCELED (the blocking forms throw it; drain_async's `done` gets it, on
 // the closing thread), waits while the drain is inside its verbs (moving the
-// QP to ERR, posting its markers), then destroys the QP. The markers of a
+// QP to ERR, posting its markers) or polls a kPolled CQ for them, then
+// destroys the QP. The markers of a
 // cancelled drain are still taken until they come or its timeout passes, so
 // the handler never sees them (a kPolled CQ is the exception: the drain
 // stops polling it, and the application's own polling may find a marker,

@@ -189,7 +189,8 @@ BOOST_AUTO_TEST_CASE(a_forked_child_drops_an_id_whose_handler_ran_at_the_fork) {
   BOOST_REQUIRE(pid >= 0);
   if (pid == 0) {
     ::alarm(10);
-    id.reset();
+    id->close();
+    id.reset();  // and closed again
     channel.reset();
     ::_exit(0);
   }

@@ -40,14 +40,16 @@ struct Saturated {
   std::shared_ptr<MemoryRegion> mr = MemoryRegion::create(
       env.pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
   std::atomic<std::uint64_t> busy{0};  // the busy CQ's completions, handled
+  // The busy CQ's handler re-posting, against teardown: declared before the
+  // QP that holds the CQ, so they outlive every call of its handler.
+  std::mutex posting;
+  bool stopping = false;  // under `posting`
   std::shared_ptr<QueuePair> receiver;
   std::shared_ptr<CompletionQueue> busy_cq;
   std::shared_ptr<CompletionQueue> send_cq = plain_cq(env.device, 256);
   std::shared_ptr<QueuePair> sender;
   std::atomic<bool> sending{true};
   std::thread traffic;
-  std::mutex posting;     // the busy CQ's handler re-posting, against teardown
-  bool stopping = false;  // under `posting`
 
   Saturated() {
     CompletionQueue::Options options;

@@ -133,8 +133,8 @@ write_job() {
     # out shows where it was.
     printf 'export BOOST_TEST_LOGGER=%q\n' "HRF,unit_scope,stdout:JUNIT,message,$results/junit.xml"
     printf 'cd %q || exit 98\n' "$PWD"
-    # A test still running this long after the guest booted (when the
-    # host's timeout started counting) is ended, after every thread's stack
+    # A test still running this long after the guest booted (roughly when
+    # the host's timeout started counting) is ended, after every thread's stack
     # is written to the log, before the host's own timeout kills the VM with
     # nothing said: the next hang names itself.
     printf 'stacks_after=%q\n' "$(stacks_after)"

@@ -4,6 +4,7 @@
 // handler, what destruction gives back (flags, injected events), and a forked
 // child whose handles must leave the parent's loop alone.
 #define BOOST_TEST_MODULE ibev_dispatch_lifecycle
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
@@ -80,6 +81,27 @@ int in_child(const std::function<int()>& child, unsigned alarm_seconds = 0) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+// This process's threads. A Dispatcher destroyed from its own handler
+// leaves its thread to end on its own (thread_exited() is ready just before
+// it does); a case doing so waits until the count is back, since TSan
+// cannot start threads in a child forked from a multi-threaded process, and
+// later cases fork.
+int thread_count() {
+  int n = 0;
+  if (DIR* tasks = ::opendir("/proc/self/task")) {
+    while (const dirent* entry = ::readdir(tasks)) n += entry->d_name[0] != '.' ? 1 : 0;
+    ::closedir(tasks);
+  }
+  return n;
+}
+bool threads_back_to(int count) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (thread_count() > count && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  return thread_count() <= count;
 }
 
 }  // namespace
@@ -251,61 +273,11 @@ BOOST_DATA_TEST_CASE(a_release_while_the_serve_is_about_to_read_never_blocks_it,
   BOOST_TEST(status == 0, "the child ended with " << status << " (114: hung, SIGALRM)");
 }
 
-// It used to call std::terminate (the thread joining itself). Then the
-// detached thread let go of the watched fds only after the handler returned,
-// racing the application's close() of them (TSan): the fd must be the
-// application's again when the destructor returns, and thread_exited() says
-// when the thread is gone.
-BOOST_AUTO_TEST_CASE(destroying_the_dispatcher_from_its_own_handler) {
-  ibv_context device{};
-  FakeDevice fake;
-  auto dispatcher = std::make_unique<Dispatcher>();
-  Registry& registry = dispatcher->registry();
-  ibev::Handle watch = dispatcher->watch_async_events(&fake.context);
-  std::promise<bool> blocking_again;
-  std::shared_future<void> exited;
-  ibev::Handle destroyer = registry.listen(&device, [&](const Event&) {
-    exited = dispatcher->thread_exited();
-    dispatcher.reset();
-    blocking_again.set_value(!fake.nonblocking());  // the handler goes on after it
-  });
-  dispatcher->inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
-  dispatcher->start();  // its handler may destroy it before start() returns
-  auto heard = blocking_again.get_future();
-  BOOST_REQUIRE(heard.wait_for(5s) == std::future_status::ready);
-  BOOST_TEST(heard.get(), "the fd was still the dispatcher's when its destructor returned");
-  fake.close_async_fd();  // the application's to close now
-  BOOST_TEST((exited.wait_for(5s) == std::future_status::ready));
-  watch.release();  // inert, and harmless
-}
-
-// Destroyed by a CQ's completion handler while the CQ still has
-// completions: the drain used to go on after the handler returned (it
-// checked its own watch, not the Dispatcher), calling the handler again, then
-// re-arming the CQ, after the destructor had returned.
-BOOST_AUTO_TEST_CASE(destroyed_from_a_completion_handler_it_calls_no_handler_again) {
-  FakeCq cq(/*full=*/true);
-  auto dispatcher = std::make_unique<Dispatcher>();
-  std::atomic<int> calls{0};
-  std::shared_future<void> exited;
-  std::promise<void> destroyed;
-  ibev::Handle watch = dispatcher->watch_completions(&cq.cq, {}, [&](const ibev::CompletionBatch&) {
-    if (++calls > 1) return;
-    exited = dispatcher->thread_exited();
-    dispatcher.reset();
-    destroyed.set_value();
-  });
-  dispatcher->start();
-  BOOST_REQUIRE(::write(cq.fds[1], "x", 1) == 1);  // the channel is readable: served
-  BOOST_REQUIRE(destroyed.get_future().wait_for(5s) == std::future_status::ready);
-  BOOST_REQUIRE((exited.wait_for(5s) == std::future_status::ready));
-  BOOST_TEST(calls.load() == 1, "the handler was called again after the destructor returned");
-  watch.release();  // inert, and harmless
-}
-
 // thread_exited() from a handler while another thread's stop() waits for
 // that handler: it took the lock stop() holds across its join, and both
-// waited for good. In a child with an alarm, so that a hang fails this case.
+// waited for good. In a child with an alarm, so that a hang fails this case;
+// before the cases that leave a detached thread ending (TSan cannot start
+// threads in a child forked from a multi-threaded process).
 BOOST_AUTO_TEST_CASE(thread_exited_from_a_handler_that_stop_waits_for) {
   const int status = in_child(
       [] {
@@ -330,6 +302,62 @@ BOOST_AUTO_TEST_CASE(thread_exited_from_a_handler_that_stop_waits_for) {
       },
       10);
   BOOST_TEST(status == 0, "the child ended with " << status << " (114: hung, SIGALRM)");
+}
+
+// It used to call std::terminate (the thread joining itself). Then the
+// detached thread let go of the watched fds only after the handler returned,
+// racing the application's close() of them (TSan): the fd must be the
+// application's again when the destructor returns, and thread_exited() says
+// when the thread is gone.
+BOOST_AUTO_TEST_CASE(destroying_the_dispatcher_from_its_own_handler) {
+  ibv_context device{};
+  FakeDevice fake;
+  const int threads_before = thread_count();
+  auto dispatcher = std::make_unique<Dispatcher>();
+  Registry& registry = dispatcher->registry();
+  ibev::Handle watch = dispatcher->watch_async_events(&fake.context);
+  std::promise<bool> blocking_again;
+  std::shared_future<void> exited;
+  ibev::Handle destroyer = registry.listen(&device, [&](const Event&) {
+    exited = dispatcher->thread_exited();
+    dispatcher.reset();
+    blocking_again.set_value(!fake.nonblocking());  // the handler goes on after it
+  });
+  dispatcher->inject(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+  dispatcher->start();  // its handler may destroy it before start() returns
+  auto heard = blocking_again.get_future();
+  BOOST_REQUIRE(heard.wait_for(5s) == std::future_status::ready);
+  BOOST_TEST(heard.get(), "the fd was still the dispatcher's when its destructor returned");
+  fake.close_async_fd();  // the application's to close now
+  BOOST_TEST((exited.wait_for(5s) == std::future_status::ready));
+  watch.release();  // inert, and harmless
+  BOOST_TEST(threads_back_to(threads_before));
+}
+
+// Destroyed by a CQ's completion handler while the CQ still has
+// completions: the drain used to go on after the handler returned (it
+// checked its own watch, not the Dispatcher), calling the handler again, then
+// re-arming the CQ, after the destructor had returned.
+BOOST_AUTO_TEST_CASE(destroyed_from_a_completion_handler_it_calls_no_handler_again) {
+  FakeCq cq(/*full=*/true);
+  auto dispatcher = std::make_unique<Dispatcher>();
+  std::atomic<int> calls{0};
+  std::shared_future<void> exited;
+  std::promise<void> destroyed;
+  const int threads_before = thread_count();
+  ibev::Handle watch = dispatcher->watch_completions(&cq.cq, {}, [&](const ibev::CompletionBatch&) {
+    if (++calls > 1) return;
+    exited = dispatcher->thread_exited();
+    dispatcher.reset();
+    destroyed.set_value();
+  });
+  dispatcher->start();
+  BOOST_REQUIRE(::write(cq.fds[1], "x", 1) == 1);  // the channel is readable: served
+  BOOST_REQUIRE(destroyed.get_future().wait_for(5s) == std::future_status::ready);
+  BOOST_REQUIRE((exited.wait_for(5s) == std::future_status::ready));
+  BOOST_TEST(calls.load() == 1, "the handler was called again after the destructor returned");
+  watch.release();  // inert, and harmless
+  BOOST_TEST(threads_back_to(threads_before));
 }
 
 // run_once() whose handler destroys the Dispatcher: the turn ends on the

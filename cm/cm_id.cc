@@ -545,8 +545,7 @@ void CmId::close() noexcept {
     // them is taken or waited for, and no other thread is left to race.
     if (closing_.exchange(true)) return;
     state_->id.store(nullptr);
-    std::shared_ptr<QueuePair> qp = std::move(state_->qp);
-    qp.reset();
+    state_->qp.reset();
     closed_ = true;
     return;
   }

@@ -8,8 +8,9 @@
 // completion channel) reads under the lock its leaving takes, after checking
 // that it has not left: a read after the flags went back to blocking would
 // wait for an event that may never come, while the release that left waits
-// for that very serve. No lock is held while a handler runs, or a task. CallGuards (core/) make a release wait until the reactor is done with
-// what is released.
+// for that very serve. No lock is held while a handler runs, or a task.
+// CallGuards (core/) make a release wait until the reactor is done with what
+// is released.
 //
 // Fork: the epoll fd and the watched fds' file descriptions are shared with a
 // forked child. Everything that would touch them checks that it runs in the

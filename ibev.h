@@ -32,6 +32,7 @@
 #include <ibev/verbs/device_clients.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/rc_endpoint.h>
 #include <ibev/verbs/shared_receive_queue.h>
 #include <ibev/verbs/work_queue.h>
 

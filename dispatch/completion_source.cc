@@ -83,8 +83,6 @@ class CqEntry {
       }
       if (n == 0) break;
       drained += static_cast<std::uint64_t>(n);
-      bump(stats_.completions, static_cast<std::uint64_t>(n));
-      bump(reactor_.stats().work_completions, static_cast<std::uint64_t>(n));
       hand_over(wcs.data(), static_cast<std::size_t>(n));
     }
     return drained;
@@ -174,6 +172,9 @@ class CqEntry {
   void hand_over(ibv_wc* wcs, std::size_t n) noexcept {
     std::vector<std::pair<std::shared_ptr<Taker>, ibv_wc>> taken;
     if (takers_armed_.load() != 0) n = take_ours(wcs, n, taken);
+    bump(stats_.completions, n);
+    bump(reactor_.stats().work_completions, n);
+    if (!taken.empty()) bump(stats_.markers, taken.size());
     if (!options_.executor) {
       if (n > 0) call_handler(CompletionBatch{cq_, wcs, n});
       for (const auto& [taker, wc] : taken) call_taker(*taker, wc);

@@ -61,11 +61,13 @@ struct CompletionOptions {
 
 // events: channel events taken for this CQ; ack_calls: ibv_ack_cq_events
 // calls made for it; empty_events: events whose drain found nothing;
-// completions: work completions handed to the handler; polled: of those,
-// found by adaptive polling; yields: turns that ended on a bound (the budget,
-// or giving way to another ready source while spinning on an empty CQ).
+// completions: work completions handed to the handler; markers: those ibev
+// took for itself instead (a drain's markers, QueuePair::drain), never
+// handed to the handler; polled: work completions found by adaptive polling
+// (markers included); yields: turns that ended on a bound (the budget, or
+// giving way to another ready source while spinning on an empty CQ).
 #define IBEV_COMPLETION_STATS(X) \
-  X(events) X(ack_calls) X(empty_events) X(completions) X(polled) X(yields)
+  X(events) X(ack_calls) X(empty_events) X(completions) X(markers) X(polled) X(yields)
 IBEV_DECLARE_STATS(CompletionStats, IBEV_COMPLETION_STATS);
 
 }  // namespace ibev

@@ -53,8 +53,8 @@ std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, std::string_view na
     if (!name.empty() && name != ibv_get_device_name(device)) continue;
     return open_device(dispatcher, device, {});
   }
-  throw_system_error(name.empty() ? "ibv_get_device_list (no RDMA device)"
-                                  : "ibv_open_device (no such device)",
+  throw_system_error(name.empty() ? std::string("ibv_get_device_list (no RDMA device)")
+                                  : "ibv_open_device (no device named '" + std::string(name) + "')",
                      ENODEV);
 }
 

@@ -29,11 +29,14 @@ std::uint32_t random_psn() {
   return std::uniform_int_distribution<std::uint32_t>(0, kPsnMask)(engine);
 }
 
-void require_psn(const char* what, std::uint32_t psn) {
-  if (psn > kPsnMask) {
-    throw std::invalid_argument(std::string(what) + ": a PSN has 24 bits, got " +
-                                std::to_string(psn));
-  }
+// RESET or INIT -> INIT, the one step of connect() that needs no remote;
+// returns the mask.
+int rc_init(const ConnectOptions& options, ibv_qp_attr& init) {
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = options.port;
+  init.pkey_index = options.pkey_index;
+  init.qp_access_flags = options.access_flags;
+  return IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 }
 
 using DrainDone = std::function<void(const DrainReport&, std::error_code)>;
@@ -370,7 +373,7 @@ std::shared_ptr<QueuePair> QueuePair::create(std::shared_ptr<ProtectionDomain> p
     throw std::invalid_argument(
         "QueuePair::create: the CQs and SRQ must be on the domain's device");
   }
-  if (options.psn) require_psn("QueuePair::create", *options.psn);
+  if (options.psn) detail::require_psn("QueuePair::create", *options.psn);
   ibv_qp_init_attr init{};
   init.send_cq = options.send_cq->get();
   init.recv_cq = options.recv_cq->get();
@@ -529,6 +532,12 @@ RcEndpoint QueuePair::endpoint(std::uint8_t port, int gid_index) const {
           device->query_port(port).lid};
 }
 
+void QueuePair::to_init(const ConnectOptions& options) {
+  ibv_qp_attr init{};
+  const int mask = rc_init(options, init);
+  modify(init, mask, "ibv_modify_qp(INIT)");
+}
+
 void QueuePair::connect(const RcEndpoint& remote, const ConnectOptions& options) {
   const auto& device = pd_->device();
   const detail::RcTransitions steps = detail::rc_transitions(
@@ -613,37 +622,32 @@ namespace detail {
 RcTransitions rc_transitions(const RcEndpoint& remote, std::uint32_t own_psn,
                              const ibv_port_attr& port, const ibv_gid& local_gid,
                              const ConnectOptions& options) {
-  require_psn("QueuePair::connect: the remote's PSN", remote.psn);
   // Drivers that predate link_layer report UNSPECIFIED: InfiniBand.
   const bool infiniband = port.link_layer != IBV_LINK_LAYER_ETHERNET;
-  if (infiniband && remote.lid == 0) {
+  if (infiniband && remote.lid() == 0) {
     throw std::invalid_argument(
         "QueuePair::connect: the remote has no LID, and an InfiniBand port "
         "addresses by LID");
   }
-  const bool grh = !infiniband || remote.gid.global.subnet_prefix !=
+  const bool grh = !infiniband || remote.gid().global.subnet_prefix !=
                                       local_gid.global.subnet_prefix;
   RcTransitions steps;
 
-  steps.init.qp_state = IBV_QPS_INIT;
-  steps.init.port_num = options.port;
-  steps.init.pkey_index = options.pkey_index;
-  steps.init.qp_access_flags = options.access_flags;
-  steps.init_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  steps.init_mask = rc_init(options, steps.init);
 
   ibv_qp_attr& rtr = steps.rtr;
   rtr.qp_state = IBV_QPS_RTR;
   rtr.path_mtu = options.path_mtu.value_or(port.active_mtu);
-  rtr.dest_qp_num = remote.qp_num;
-  rtr.rq_psn = remote.psn;
+  rtr.dest_qp_num = remote.qp_num();
+  rtr.rq_psn = remote.psn();
   rtr.max_dest_rd_atomic = options.max_dest_rd_atomic;
   rtr.min_rnr_timer = options.min_rnr_timer;
   rtr.ah_attr.port_num = options.port;
   rtr.ah_attr.sl = options.service_level;
-  rtr.ah_attr.dlid = infiniband ? remote.lid : 0;
+  rtr.ah_attr.dlid = infiniband ? remote.lid() : 0;
   rtr.ah_attr.is_global = grh ? 1 : 0;
   if (grh) {
-    rtr.ah_attr.grh.dgid = remote.gid;
+    rtr.ah_attr.grh.dgid = remote.gid();
     rtr.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(options.gid_index);
     rtr.ah_attr.grh.hop_limit = options.hop_limit;
     rtr.ah_attr.grh.traffic_class = options.traffic_class;

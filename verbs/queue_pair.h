@@ -54,6 +54,7 @@
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/ownership.h>
 #include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/rc_endpoint.h>
 #include <ibev/verbs/shared_receive_queue.h>
 
 namespace ibev {
@@ -62,16 +63,6 @@ namespace detail {
 inline constexpr char kDestroyQp[] = "ibv_destroy_qp";
 enum class DrainedQueues : std::uint8_t { kBoth, kSend, kReceive };
 }  // namespace detail
-
-// What a peer needs to reach an RC QP: what ibv_rc_pingpong exchanges.
-struct RcEndpoint {
-  std::uint32_t qp_num;
-  ibv_gid gid;
-  // The first PSN the QP sends with (24 bits); the peer's rq_psn.
-  std::uint32_t psn;
-  // The port's LID on InfiniBand, used when no GRH is needed; 0 on RoCE.
-  std::uint16_t lid = 0;
-};
 
 // The attributes real RC code sets on the way to RTS. The defaults are
 // ibv_rc_pingpong's (and ibev's before this struct existed).
@@ -102,7 +93,8 @@ struct QueuePairOptions {
   bool signal_all = false;
   // The first PSN this QP sends with, as endpoint() advertises it and
   // connect() sets it (sq_psn). Unset: random in 24 bits, as ibv_rc_pingpong
-  // picks it, so that a reconnected QP is not confused by stale packets.
+  // picks it, so that a reconnected QP is not confused by stale packets. The
+  // one place to choose it: an RcEndpoint is read-only (rc_endpoint.h).
   std::optional<std::uint32_t> psn;
   // Dropping the last reference drains the QP (drain()), then destroys it;
   // close() and Device::close() destroy at once.
@@ -185,9 +177,18 @@ class QueuePair : public detail::Closeable {
   // This QP as an RC peer sees it: GID `gid_index` and LID of `port`, and
   // psn(), the PSN connect() will send with.
   RcEndpoint endpoint(std::uint8_t port = 1, int gid_index = 0) const;
-  // RESET -> INIT -> RTR -> RTS, connected to `remote`: its PSN is our
-  // rq_psn, psn() our sq_psn. Throws std::system_error naming the step
-  // ("ibv_modify_qp(RTR)") or std::invalid_argument for a bad remote.
+  // RESET -> INIT with the options' port, P_Key index and access flags: the
+  // QP takes receives from here on, so they can be posted before the peer's
+  // endpoint arrives, as ibv_rc_pingpong does. Throws std::system_error
+  // naming "ibv_modify_qp(INIT)".
+  void to_init(const ConnectOptions& options = {});
+  // RESET or INIT -> INIT -> RTR -> RTS, connected to `remote`: its PSN is
+  // our rq_psn, psn() our sq_psn. From INIT (to_init(), or modify() with
+  // IBV_QPS_INIT) the first step is INIT -> INIT, which sets the options'
+  // port, P_Key index and access flags again; receives posted in INIT stay
+  // posted. From any other state it fails with EINVAL. Throws
+  // std::system_error naming the step ("ibv_modify_qp(RTR)") or
+  // std::invalid_argument for a bad remote.
   void connect(const RcEndpoint& remote, const ConnectOptions& options = {});
   // RTS -> SQD: the send queue drains, then the device raises SQ_DRAINED
   // (wait for it with ibev::wait_for, armed before; dispatch/event_wait.h),

@@ -4,7 +4,6 @@
 // either role of its TCP exchange. Messages go both ways.
 #define BOOST_TEST_MODULE ibev_softroce_connect
 #include <arpa/inet.h>
-#include <endian.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -76,6 +75,13 @@ std::shared_ptr<QueuePair> rc_qp(Env& env, const std::shared_ptr<CompletionQueue
   return QueuePair::create(env.pd, nullptr, options);
 }
 
+ibv_qp_state state_of(const QueuePair& qp) {
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  BOOST_REQUIRE(ibv_query_qp(qp.get(), &attr, IBV_QP_STATE, &init) == 0);
+  return attr.qp_state;
+}
+
 // -1: the default (random).
 const int kPsns[] = {-1, 0, 1, 0xabcdef, 0xffffff};
 
@@ -92,7 +98,7 @@ BOOST_AUTO_TEST_CASE(endpoints_advertise_random_psns) {
     QueuePair::Options options;
     options.send_cq = options.recv_cq = cq;
     auto qp = QueuePair::create(env.pd, nullptr, options);
-    const std::uint32_t psn = qp->endpoint().psn;
+    const std::uint32_t psn = qp->endpoint().psn();
     BOOST_TEST(psn <= 0xffffffu);
     psns.insert(psn);
   }
@@ -107,7 +113,7 @@ BOOST_DATA_TEST_CASE(both_ends_send_from_the_psn_they_advertise, bdata::make(kPs
   const auto chosen = psn < 0 ? std::nullopt : std::optional<std::uint32_t>(psn);
   auto a = rc_qp(env, cq_a, chosen);
   auto b = rc_qp(env, cq_b, std::nullopt);
-  BOOST_TEST(a->endpoint().psn == a->psn());
+  BOOST_TEST(a->endpoint().psn() == a->psn());
   if (chosen) BOOST_TEST(a->psn() == *chosen);
   connect_rc_pair(*a, *b);
   BOOST_TEST(query(a->get()).sq_psn == a->psn());
@@ -145,7 +151,7 @@ BOOST_DATA_TEST_CASE(a_raw_verbs_peer_with_its_own_psn_is_heard_both_ways,
 
   // The exchange: each side learns the other's QP number, GID and PSN.
   const RcEndpoint advertised = ours->endpoint();
-  connect_rc(peer.get(), advertised.qp_num, advertised.gid, advertised.psn,
+  connect_rc(peer.get(), advertised.qp_num(), advertised.gid(), advertised.psn(),
              static_cast<std::uint32_t>(peer_psn));
   ours->connect(RcEndpoint{peer->qp_num, query_gid0(env.device->context()),
                            static_cast<std::uint32_t>(peer_psn)});
@@ -181,6 +187,65 @@ BOOST_AUTO_TEST_CASE(connect_options_reach_the_qp) {
   BOOST_TEST(int(attr.min_rnr_timer) == 5);
 }
 
+// Where connect() may start: RESET, or INIT with receives already posted,
+// as ibv_rc_pingpong leaves its QP before the exchange (to_init(), or the
+// application's own modify()). A receive posted in INIT takes the first
+// message.
+BOOST_DATA_TEST_CASE(connect_starts_from_reset_or_from_init_with_receives_posted,
+                     bdata::make({"reset", "to_init", "modify"}), from) {
+  Env env(test_device());
+  auto cq_a = plain_cq(env.device);
+  auto cq_b = plain_cq(env.device);
+  auto a = rc_qp(env, cq_a, std::nullopt);
+  auto b = rc_qp(env, cq_b, std::nullopt);
+  Buffers buffers(env.pd);
+  const std::string from_state = from;
+  if (from_state == "to_init") {
+    b->to_init();
+  } else if (from_state == "modify") {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+    b->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  }
+  if (from_state != "reset") {
+    BOOST_TEST(state_of(*b) == IBV_QPS_INIT);
+    post_recv(*b, *buffers.mr, buffers.slot(1), 2);
+  }
+  connect_rc_pair(*a, *b);
+  BOOST_TEST(state_of(*a) == IBV_QPS_RTS);
+  BOOST_TEST(state_of(*b) == IBV_QPS_RTS);
+  if (from_state == "reset") post_recv(*b, *buffers.mr, buffers.slot(1), 2);
+
+  std::snprintf(buffers.slot(0), 64, "from %s", from);
+  post_send(*a, *buffers.mr, buffers.slot(0), 1);
+  const auto sent = poll_completions(cq_a->get(), 1, 10s);
+  const auto received = poll_completions(cq_b->get(), 1, 10s);
+  BOOST_REQUIRE(sent.size() == 1u);
+  BOOST_REQUIRE(received.size() == 1u);
+  BOOST_TEST(sent[0].status == IBV_WC_SUCCESS, ibv_wc_status_str(sent[0].status));
+  BOOST_TEST(received[0].status == IBV_WC_SUCCESS, ibv_wc_status_str(received[0].status));
+  BOOST_TEST(received[0].wr_id == 2u);
+  BOOST_TEST(std::string(buffers.slot(1)) == "from " + from_state);
+}
+
+// Any later state: the INIT step fails, says so, and leaves the QP as it was.
+BOOST_AUTO_TEST_CASE(connect_on_a_connected_qp_fails_at_its_init_step) {
+  Env env(test_device());
+  auto cq = plain_cq(env.device);
+  auto a = rc_qp(env, cq, std::nullopt);
+  auto b = rc_qp(env, cq, std::nullopt);
+  connect_rc_pair(*a, *b);
+  BOOST_CHECK_EXCEPTION(a->connect(b->endpoint()), std::system_error,
+                        [](const std::system_error& e) {
+                          BOOST_TEST_MESSAGE(e.what());
+                          return e.code().value() == EINVAL &&
+                                 std::string(e.what()).find("ibv_modify_qp(INIT)") == 0;
+                        });
+  BOOST_TEST(state_of(*a) == IBV_QPS_RTS);
+}
+
 BOOST_AUTO_TEST_CASE(bad_psns_are_refused_with_a_clear_error) {
   Env env(test_device());
   auto cq = plain_cq(env.device);
@@ -188,10 +253,10 @@ BOOST_AUTO_TEST_CASE(bad_psns_are_refused_with_a_clear_error) {
                         [](const std::invalid_argument& e) {
                           return std::string(e.what()).find("24 bits") != std::string::npos;
                         });
-  auto a = rc_qp(env, cq, std::nullopt);
-  RcEndpoint remote = a->endpoint();
-  remote.psn = 0x1000000u;
-  BOOST_CHECK_THROW(a->connect(remote), std::invalid_argument);
+  // An endpoint cannot carry one (tests/verbs/rc_endpoint_test.cc), nor be
+  // edited to a PSN its QP does not send from.
+  BOOST_CHECK_THROW(RcEndpoint(1, query_gid0(env.device->context()), 0x1000000u),
+                    std::invalid_argument);
 }
 
 // ---------------------------------------------------------- ibv_rc_pingpong
@@ -199,36 +264,13 @@ BOOST_AUTO_TEST_CASE(bad_psns_are_refused_with_a_clear_error) {
 namespace {
 
 // The exchange of ibv_rc_pingpong (rdma-core libibverbs/examples): each side
-// sends "LID:QPN:PSN:GID" (hex; the GID as four big-endian 32-bit words) as a
-// fixed-size string with its NUL; the client then writes "done".
-constexpr std::size_t kWireSize = sizeof "0000:000000:000000:00000000000000000000000000000000";
+// sends its endpoint in RcEndpoint's wire form, which is ibv_rc_pingpong's;
+// the client then writes "done".
+constexpr std::size_t kWireSize = RcEndpoint::kWireSize;
+static_assert(kWireSize == sizeof "0000:000000:000000:00000000000000000000000000000000");
 constexpr int kPingpongPort = 18515;
 constexpr int kIters = 20;
 constexpr int kSize = 64;
-
-std::array<char, kWireSize> to_wire(const RcEndpoint& e) {
-  std::uint32_t words[4];
-  std::memcpy(words, e.gid.raw, sizeof words);
-  std::array<char, kWireSize> wire{};
-  std::snprintf(wire.data(), wire.size(), "%04x:%06x:%06x:%08x%08x%08x%08x", e.lid, e.qp_num,
-                e.psn, htobe32(words[0]), htobe32(words[1]), htobe32(words[2]),
-                htobe32(words[3]));
-  return wire;
-}
-
-RcEndpoint from_wire(const std::array<char, kWireSize>& wire) {
-  unsigned lid = 0, qpn = 0, psn = 0;
-  char gid[33] = {};
-  BOOST_REQUIRE(std::sscanf(wire.data(), "%x:%x:%x:%32s", &lid, &qpn, &psn, gid) == 4);
-  RcEndpoint e{qpn, {}, psn, static_cast<std::uint16_t>(lid)};
-  std::uint32_t words[4];
-  for (int i = 0; i < 4; ++i) {
-    const std::string word(gid + 8 * i, 8);
-    words[i] = be32toh(static_cast<std::uint32_t>(std::stoul(word, nullptr, 16)));
-  }
-  std::memcpy(e.gid.raw, words, sizeof words);
-  return e;
-}
 
 bool write_all(int fd, const void* data, std::size_t size) {
   return ::write(fd, data, size) == static_cast<ssize_t>(size);
@@ -330,7 +372,7 @@ BOOST_DATA_TEST_CASE(interoperates_with_ibv_rc_pingpong,
   pp.mr = MemoryRegion::create(env.pd, pp.buffer.data(), pp.buffer.size(),
                                IBV_ACCESS_LOCAL_WRITE);
   const RcEndpoint ours = pp.qp->endpoint();
-  BOOST_TEST_MESSAGE("ibev advertises PSN " << ours.psn);
+  BOOST_TEST_MESSAGE("ibev advertises PSN " << ours.psn());
 
   const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
   const std::string common = "stdbuf -oL ibv_rc_pingpong -d " + test_device() + " -g 0 -p " +
@@ -350,10 +392,10 @@ BOOST_DATA_TEST_CASE(interoperates_with_ibv_rc_pingpong,
       if (!connected) std::this_thread::sleep_for(50ms);
     }
     BOOST_REQUIRE_MESSAGE(connected, "ibv_rc_pingpong never listened: " << peer.text());
-    std::array<char, kWireSize> wire = to_wire(ours);
+    std::array<char, kWireSize> wire = ours.to_wire();
     BOOST_REQUIRE(write_all(sock.fd, wire.data(), wire.size()));
     BOOST_REQUIRE(read_all(sock.fd, wire.data(), wire.size()));
-    theirs = from_wire(wire);
+    theirs = RcEndpoint::from_wire({wire.data(), wire.size()});
     pp.qp->connect(theirs);
     for (int i = 0; i < 16; ++i) pp.post_receive();  // a QP takes them from INIT on
     BOOST_REQUIRE(write_all(sock.fd, "done", sizeof "done"));
@@ -377,10 +419,10 @@ BOOST_DATA_TEST_CASE(interoperates_with_ibv_rc_pingpong,
     BOOST_REQUIRE(sock.fd >= 0);
     std::array<char, kWireSize> wire{};
     BOOST_REQUIRE(read_all(sock.fd, wire.data(), wire.size()));
-    theirs = from_wire(wire);
+    theirs = RcEndpoint::from_wire({wire.data(), wire.size()});
     pp.qp->connect(theirs);  // in RTR before the client may send
     for (int i = 0; i < 16; ++i) pp.post_receive();
-    wire = to_wire(ours);
+    wire = ours.to_wire();
     BOOST_REQUIRE(write_all(sock.fd, wire.data(), wire.size()));
     char done[sizeof "done"] = {};
     BOOST_REQUIRE(read_all(sock.fd, done, sizeof done));
@@ -391,7 +433,7 @@ BOOST_DATA_TEST_CASE(interoperates_with_ibv_rc_pingpong,
     BOOST_TEST(peer.wait_for_text(std::to_string(kIters) + " iters in", 20s), peer.text());
   }
   // ibv_rc_pingpong chose its own PSN (lrand48() & 0xffffff), as did ibev.
-  BOOST_TEST_MESSAGE("ibv_rc_pingpong advertised PSN " << theirs.psn);
+  BOOST_TEST_MESSAGE("ibv_rc_pingpong advertised PSN " << theirs.psn());
   BOOST_TEST(pp.errors == 0);
   BOOST_TEST(pp.sent == kIters);
   BOOST_TEST(pp.received == kIters);

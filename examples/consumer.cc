@@ -17,6 +17,13 @@
 
 #include <ibev/ibev.h>
 
+// The make consumer builds this once more as C++20: ibev's flags (ibev.pc)
+// must leave the language version to the consumer. 0.6's forced -std=c++17.
+#ifdef IBEV_EXPECT_CPLUSPLUS
+static_assert(__cplusplus == IBEV_EXPECT_CPLUSPLUS,
+              "ibev's compile flags changed the consumer's -std");
+#endif
+
 namespace {
 
 int passed = 0, failed = 0;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks an installed libibev.so: its SONAME is libibev.so.<major>, and the
+# Checks an installed libibev.so: its SONAME is libibev.so.<soversion>
+# (tools/version.sh: 0.7 before 1.0, the major after), and the
 # only symbols it exports are the ibev:: API (members of public classes may
 # name detail types in their signatures; nothing of ibev::detail, std:: or
 # boost:: is exported on its own).
@@ -8,11 +9,11 @@
 set -euo pipefail
 lib=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
-major=$("$root/tools/version.sh" --major)
+soversion=$("$root/tools/version.sh" --soversion)
 
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
-if [[ $soname != "libibev.so.$major" ]]; then
-  echo "check_exports: SONAME is '$soname', not libibev.so.$major" >&2
+if [[ $soname != "libibev.so.$soversion" ]]; then
+  echo "check_exports: SONAME is '$soname', not libibev.so.$soversion" >&2
   exit 1
 fi
 symbols=$(nm -D --defined-only "$lib" | c++filt | cut -d' ' -f3-)

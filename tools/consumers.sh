@@ -38,6 +38,31 @@ cmake_args=()
 ) >"$work/cmake.log" 2>&1
 report cmake $? "$work/cmake.log"
 
+# Before 1.0 every minor release may break the API: a project asking for the
+# previous minor (0.6 when ibev is 0.7) must be refused at configure time,
+# not build against an API it was not written for.
+version=$("$root/tools/version.sh")
+IFS=. read -r major minor _ <<<"$version"
+if ((major == 0 && minor > 0)); then
+  older=0.$((minor - 1))
+  mkdir -p "$work/older"
+  cat >"$work/older/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.16)
+project(older LANGUAGES CXX)
+find_package(ibev $older REQUIRED)
+CMAKE
+  if cmake -S "$work/older" -B "$work/older/build" "${cmake_args[@]}" >"$work/older.log" 2>&1; then
+    echo "find_package(ibev $older) accepted ibev $version" >>"$work/older.log"
+    report "cmake-asks-$older" 1 "$work/older.log"
+  elif grep -q "compatible with requested version \"$older\"" "$work/older.log" &&
+       grep -q "version: $version" "$work/older.log"; then
+    # Refused for its version, the installed one named: what a user should see.
+    report "cmake-asks-$older" 0 "$work/older.log"
+  else
+    report "cmake-asks-$older" 1 "$work/older.log"
+  fi
+fi
+
 pkg_config_path=${PKG_CONFIG_PATH:-}
 [[ -n $prefix ]] && pkg_config_path=$prefix/lib/pkgconfig${pkg_config_path:+:$pkg_config_path}
 (

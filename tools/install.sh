@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Builds ibev with CMake and installs it into PREFIX:
-#   PREFIX/lib/libibev.so.0.6.0 (SONAME libibev.so.0), libibev.so, libibev.a
+#   PREFIX/lib/libibev.so.0.7.0 (SONAME libibev.so.0.7), libibev.so, libibev.a
 #   PREFIX/include/ibev/...          the public headers (<ibev/ibev.h>)
 #   PREFIX/lib/pkgconfig/ibev.pc     pkg-config --cflags --libs ibev
-#   PREFIX/lib/cmake/ibev/           find_package(ibev 0.6) -> ibev::ibev
+#   PREFIX/lib/cmake/ibev/           find_package(ibev 0.7) -> ibev::ibev
 #   PREFIX/bin/ibev-watch            and share/man/man1/ibev-watch.1
 #   PREFIX/bin/ibev-softroce-run     runs a program against soft-RoCE
 #
 #   tools/install.sh PREFIX
 #
-# DESTDIR is honoured (tools/package.sh stages with it). The build directory
+# With PREFIX /usr, lib/ is the multiarch directory (lib/x86_64-linux-gnu),
+# as Debian lays libraries out. DESTDIR is honoured (tools/package.sh stages
+# with it). The build directory
 # is build/cmake in the tree, or IBEV_BUILD_DIR; rebuilding is incremental.
 # Needs cmake, g++, libibverbs-dev, librdmacm-dev and libboost-dev (tools/setup.sh).
 set -euo pipefail
@@ -23,10 +25,12 @@ prefix=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${IBEV_BUILD_DIR:-$root/build/cmake}
 
-# --fresh: GNUInstallDirs would otherwise move lib/ to lib/<multiarch> when
-# the prefix changes to /usr, keeping nothing of the last configuration.
+# --fresh: nothing of the last configuration (another prefix, another
+# libdir) is kept. GNUInstallDirs picks the multiarch libdir for /usr.
+libdir=()
+[[ $prefix == /usr ]] || libdir=(-DCMAKE_INSTALL_LIBDIR=lib)
 cmake --fresh -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib \
+  -DCMAKE_INSTALL_PREFIX="$prefix" "${libdir[@]}" \
   -DIBEV_WERROR="${IBEV_WERROR:-OFF}" >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 cmake --install "$build" >/dev/null

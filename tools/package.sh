@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
-# Builds the Debian packages of ibev from the tree tools/install.sh makes:
-#   libibev0      libibev.so.0 (the runtime library)
-#   libibev-dev   headers, libibev.so, libibev.a, ibev.pc, the CMake package
-#   ibev-tools    ibev-watch (and its man page), ibev-softroce-run
+# Builds the Debian packages of ibev from the tree tools/install.sh makes for
+# /usr, laid out as Debian's policy asks (lintian checks them in the README's
+# test command):
+#   libibev0.7    libibev.so.0.7 (the runtime library; the package is named
+#                 after the SONAME, which carries the minor before 1.0)
+#   libibev-dev   headers, libibev.so, libibev.a, ibev.pc, the CMake package,
+#                 the API reference and section 3 pages, the docs and examples
+#   ibev-tools    ibev-watch, ibev-softroce-run (and their man pages)
 #
 #   tools/package.sh [OUTDIR]       (default build/deb)
 #
-# Versions come from version.h; library dependencies from dpkg-shlibdeps.
-# Install with: apt-get install ./OUTDIR/*.deb
+# Libraries go to the multiarch directory, stripped (no -dbgsym package: the
+# Bazel build is the one to debug with). Versions come from version.h;
+# library dependencies from dpkg-shlibdeps. Install with:
+# apt-get install ./OUTDIR/*.deb
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/build/deb}
 [[ $out == /* ]] || out=$(pwd)/$out
 version=$("$root/tools/version.sh")
-major=${version%%.*}
+soversion=$("$root/tools/version.sh" --soversion)
+runtime=libibev$soversion
 arch=$(dpkg --print-architecture)
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+lib=lib/$multiarch
+# The identity this project's commits carry: where bug reports go.
+maintainer="ibev maintainers <maintainers@users.noreply.a-seed-506b121e.example>"
+# The last commit's date, so that two builds of one commit are identical.
+date=$(git -C "$root" log -1 --format=%cD 2>/dev/null || date -R)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -30,33 +43,93 @@ take() {
     mv "$tree/$path" "$work/$name/usr/$path"
   done
 }
-take libibev0 "lib/libibev.so.$major" "lib/libibev.so.$version"
-take libibev-dev include/ibev lib/libibev.so lib/libibev.a lib/pkgconfig lib/cmake
+take "$runtime" "$lib/libibev.so.$soversion" "$lib/libibev.so.$version"
+take libibev-dev include/ibev "$lib/libibev.so" "$lib/libibev.a" "$lib/pkgconfig" "$lib/cmake"
+[[ -d $tree/share/man/man3 ]] && take libibev-dev share/man/man3
+[[ -d $tree/share/doc/ibev ]] && take libibev-dev share/doc/ibev
 take ibev-tools bin share/man share/ibev
 leftover=$(cd "$tree" && find . -type f -o -type l)
 [[ -z $leftover ]] || { echo "package: files in no package: $leftover" >&2; exit 1; }
+
+# What dh_strip does: no debug information, no .comment/.note sections; a
+# shared library is not executable (dh_fixperms).
+strip_elf() {
+  strip --remove-section=.comment --remove-section=.note "$@"
+}
+strip_elf --strip-unneeded "$work/$runtime/usr/$lib/libibev.so.$version"
+chmod 0644 "$work/$runtime/usr/$lib/libibev.so.$version"
+strip_elf --strip-debug --enable-deterministic-archives "$work/libibev-dev/usr/$lib/libibev.a"
+strip_elf --strip-unneeded "$work/ibev-tools/usr/bin/ibev-watch"
+gzip -9n "$work"/*/usr/share/man/man*/*.[0-9]
+
+# The -dev package's documentation, as Debian's -dev packages carry it.
+dev_doc=$work/libibev-dev/usr/share/doc/libibev-dev
+mkdir -p "$dev_doc/examples"
+cp "$root/README.md" "$root/CHANGELOG.md" "$root"/docs/{api,consuming,design,events}.md "$dev_doc/"
+cp -r "$root/examples/consumer.cc" "$root/examples/consumer-cmake" "$root/examples/consumer-make" \
+  "$root/examples/pingpong" "$dev_doc/examples/"
+rm -f "$dev_doc/examples/pingpong/BUILD.bazel"
 
 # dpkg-shlibdeps wants a debian/control beside it; libibev's own dependency
 # information comes from the shlibs file written below.
 mkdir -p "$work/src/debian"
 printf 'Source: ibev\n\nPackage: ibev\nArchitecture: any\n' >"$work/src/debian/control"
 shlibs() {
-  (cd "$work/src" && dpkg-shlibdeps -O -l"$work/libibev0/usr/lib" \
+  (cd "$work/src" && dpkg-shlibdeps -O -l"$work/$runtime/usr/$lib" \
     --ignore-missing-info "$@" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
 }
-lib_depends=$(shlibs "$work/libibev0/usr/lib/libibev.so.$version")
+lib_depends=$(shlibs "$work/$runtime/usr/$lib/libibev.so.$version")
 tools_depends=$(shlibs "$work/ibev-tools/usr/bin/ibev-watch")
-tools_depends=$(tr ',' '\n' <<<"$tools_depends" | sed 's/^ *//' | grep -v '^libibev0' | paste -sd, | sed 's/,/, /g')
+tools_depends=$(tr ',' '\n' <<<"$tools_depends" | sed 's/^ *//' | grep -v "^$runtime" |
+  paste -sd, | sed 's/,/, /g')
 
-# Writes DEBIAN/control (and extra fields from stdin) for package NAME.
+# /usr/share/doc/NAME: the machine-readable copyright (DEP-5) and the
+# changelog of a native package.
+docs() {
+  local name=$1 doc=$work/$1/usr/share/doc/$1
+  mkdir -p "$doc"
+  cat >"$doc/copyright" <<COPYRIGHT
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: ibev
+Upstream-Contact: $maintainer
+Comment: ibev is offered under rdma-core's terms, so that code can move
+ between ibev, rdma-core and the kernel's RDMA stack; its README says why.
+
+Files: *
+Copyright: 2026 The ibev developers
+License: BSD-2-clause or GPL-2
+
+License: BSD-2-clause
+$(sed -n '/^Redistribution and use/,$p' "$root/LICENSE" | sed 's/^$/./; s/^/ /')
+
+License: GPL-2
+ This program is free software; you can redistribute it and/or modify it
+ under the terms of the GNU General Public License version 2 as published by
+ the Free Software Foundation.
+ .
+ On Debian systems, the full text of the GNU General Public License version 2
+ can be found in the file '/usr/share/common-licenses/GPL-2'.
+COPYRIGHT
+  printf 'ibev (%s) unstable; urgency=medium\n\n  * Release %s; CHANGELOG.md in libibev-dev says what changed.\n\n -- %s  %s\n' \
+    "$version" "$version" "$maintainer" "$date" | gzip -9n >"$doc/changelog.gz"
+}
+
+# Writes DEBIAN/control (and extra fields from stdin), the md5sums and the
+# lintian overrides (each with its reason) for package NAME.
 control() {
   local name=$1 section=$2 depends=$3 summary=$4
-  mkdir -p "$work/$name/DEBIAN" "$work/$name/usr/share/doc/$name"
+  docs "$name"
+  mkdir -p "$work/$name/DEBIAN"
+  if [[ -s $root/tools/lintian/$name ]]; then
+    mkdir -p "$work/$name/usr/share/lintian/overrides"
+    cp "$root/tools/lintian/$name" "$work/$name/usr/share/lintian/overrides/$name"
+  fi
   cat >"$work/$name/DEBIAN/control" <<CONTROL
 Package: $name
+Source: ibev
 Version: $version
 Architecture: $arch
-Maintainer: ibev developers <ibev@localhost>
+Maintainer: $maintainer
 Section: $section
 Priority: optional
 Depends: $depends
@@ -68,23 +141,24 @@ Description: $summary
  an event before acking it to rdma-core.
 CONTROL
   cat >>"$work/$name/DEBIAN/control"
-  printf 'ibev %s, packaged by tools/package.sh.\n' "$version" \
-    >"$work/$name/usr/share/doc/$name/copyright"
+  (cd "$work/$name" && find usr -type f -print0 | sort -z | xargs -0 md5sum >DEBIAN/md5sums)
 }
 
-control libibev0 libs "$lib_depends" "RDMA event layer (runtime library)" </dev/null
-echo "libibev $major libibev0 (>= $version)" >"$work/libibev0/DEBIAN/shlibs"
-echo "activate-noawait ldconfig" >"$work/libibev0/DEBIAN/triggers"
+control "$runtime" libs "$lib_depends" "RDMA event layer (runtime library)" <<'EXTRA'
+Multi-Arch: same
+EXTRA
+echo "libibev $soversion $runtime (>= $version)" >"$work/$runtime/DEBIAN/shlibs"
+echo "activate-noawait ldconfig" >"$work/$runtime/DEBIAN/triggers"
 control libibev-dev libdevel \
-  "libibev0 (= $version), libibverbs-dev, librdmacm-dev, libboost-dev" \
+  "$runtime (= $version), libibverbs-dev, librdmacm-dev, libboost-dev" \
   "RDMA event layer (development files)" </dev/null
-control ibev-tools net "libibev0 (= $version), $tools_depends" \
+control ibev-tools net "$runtime (= $version), $tools_depends" \
   "RDMA event layer (ibev-watch, ibev-softroce-run)" <<'EXTRA'
 Recommends: qemu-system-x86, busybox-static, kmod, cpio, iproute2, rdma-core
 EXTRA
 
 mkdir -p "$out"
-for name in libibev0 libibev-dev ibev-tools; do
+for name in "$runtime" libibev-dev ibev-tools; do
   dpkg-deb --root-owner-group -Zxz --build "$work/$name" \
     "$out/${name}_${version}_${arch}.deb" >/dev/null
   echo "package: $out/${name}_${version}_${arch}.deb"

@@ -9,6 +9,8 @@ packages=(
   libboost-test-dev
   # the installable build, its consumers and the Debian packages
   cmake make pkgconf dpkg-dev
+  # the packages checked against Debian's rules
+  lintian
   # soft-RoCE test VM and the real peers run inside it
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2 rdma-core
   ibverbs-utils perftest rdmacm-utils

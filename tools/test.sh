@@ -20,9 +20,11 @@ status=0
 
 sudo=()
 if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+# The runtime package is named after the SONAME (libibev0.7).
+runtime=libibev$(tools/version.sh --soversion)
 purge_packages() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get purge -y -q \
-    libibev0 libibev-dev ibev-tools >/dev/null 2>&1 || true
+    "$runtime" libibev-dev ibev-tools >/dev/null 2>&1 || true
 }
 
 # Every temporary file and folder of the run is under $work, removed on exit
@@ -106,6 +108,10 @@ run tsan --config=tsan //...
 pushd examples/consumer-bazel >/dev/null
 run consumer-bazel //...
 popd >/dev/null
+# With the .bazelrc docs/consuming.md gives, a build prints no sandbox debug
+# lines (Debian's Bazel printed some forty per action with linux-sandbox).
+check consumer-bazel-quiet bash -c "! grep -m 3 'linux-sandbox' '$work/consumer-bazel.log' &&
+  echo 'no linux-sandbox debug lines in the consumer build'"
 
 # The installed package: tools/install.sh into a fresh prefix.
 prefix=$work/prefix
@@ -117,9 +123,17 @@ consumers "$prefix"
 debs=$work/debs
 mkdir -p "$debs"
 check package tools/package.sh "$debs"
+# Debian's own rules: no error, no warning; what is overridden says why
+# (tools/lintian/).
+check lintian lintian --fail-on error,warning --info "$debs"/*.deb
+check package-contents bash -c "dpkg-deb -c $debs/libibev-dev_*.deb >'$work/dev.list' &&
+  grep -q 'usr/share/doc/libibev-dev/examples/pingpong/pingpong.cc$' '$work/dev.list' &&
+  grep -q 'usr/share/doc/libibev-dev/CHANGELOG.md$' '$work/dev.list' &&
+  ! grep 'test_seams' '$work/dev.list' &&
+  echo 'libibev-dev: docs and examples, no internal header'"
 debs_installed=true
 check apt-install env DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
-  "$debs"/libibev0_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb
+  "$debs/${runtime}"_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb
 consumers
 purge_packages
 debs_installed=false

@@ -40,6 +40,8 @@ for bad in --bogus --device= -d extra "--json --nope"; do
   expect "'$bad' says why in one line first" grep -qv '^usage:' <(head -n 1 "$err")
 done
 
+expect "the man page is of version $version" grep -q "^\.TH IBEV-WATCH 1 .* \"ibev $version\"" "$man"
+
 # Every short option has its long form, and both are in the man page.
 for pair in d:device j:json c:count V:version h:help; do
   expect "man page documents -${pair%%:*}, --${pair#*:}" \

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs a test binary against a soft-RoCE (rdma_rxe) device. Installed as
-# ibev-softroce-run (tools/install.sh), for any program of any build system.
+# Runs a program against a soft-RoCE (rdma_rxe) device. Installed as
+# ibev-softroce-run (tools/install.sh, with its man page), for any program of
+# any build system; `softroce_test` runs Bazel tests through it.
 #
-#   softroce_run.sh [--devices 1|2] -- BINARY [ARGS...]
+#   softroce_run.sh [--devices 1|2] [--] PROGRAM [ARGS...]
 #   softroce_run.sh --fetch-kernel     (once: the kernel the VM boots)
+#   softroce_run.sh --help | --version
 #
 # The VM boots Debian 12's 6.1 kernel, or with IBEV_KERNEL=6.12 the
 # bookworm-backports one (fetch_kernel.sh fetches either).
@@ -19,11 +21,17 @@
 #                      address IBEV_TEST_ADDRESS2 (fd00::2)
 # and its exit status, output and JUnit report (for Bazel's test.xml) come
 # back as if it had run here. Every wait is bounded; a failure says what broke.
+# The guest sees the host's files read-only, except /run, /proc, /sys and
+# /dev, which are its own: a program or working directory there is refused
+# before the VM boots. Nothing is left in $TMPDIR (or Bazel's TEST_TMPDIR).
 #
 # Environment: IBEV_SOFTROCE=auto|host|vm (default auto), IBEV_KERNEL=6.1|6.12
 # (the VM's kernel, default 6.1), IBEV_VM_TIMEOUT (seconds the guest may run,
 # default 240), IBEV_VM_CPUS (default 1, so that two test VMs share 2 cores),
 # IBEV_CACHE (kernel cache root).
+#
+# Exit status: the program's; 1 when the device or the VM could not be made,
+# or for a usage error, with the reason on stderr (as ibev-watch).
 set -uo pipefail
 
 # Its companions (guest_init.sh, modules.txt, fetch_kernel.sh): under `bazel
@@ -36,21 +44,78 @@ for candidate in ${TEST_SRCDIR:+"$TEST_SRCDIR"/*/tools/softroce} "$self_dir" \
     "$self_dir/../share/ibev/softroce"; do
   if [[ -f $candidate/guest_init.sh ]]; then here=$candidate; break; fi
 done
-[[ -n $here ]] || { echo "softroce: guest_init.sh not found (beside $0, in its runfiles or share/ibev/softroce)" >&2; exit 2; }
+usage() {
+  cat <<'USAGE'
+usage: ibev-softroce-run [--devices 1|2] [--] PROGRAM [ARGS...]
+       ibev-softroce-run --fetch-kernel
+       ibev-softroce-run --help | --version
+
+Runs PROGRAM as root against a soft-RoCE device (rxe0; with --devices 2 also
+rxe1, on a veth pair): on this host when its kernel has rdma_rxe, otherwise
+in a throwaway qemu VM booting Debian's kernel with this host's files shared
+read-only (all but /run, /proc, /sys and /dev, which are the guest's own).
+
+  -d, --devices N     1 (rxe0 on a dummy netdev, default) or 2
+      --fetch-kernel  fetch the kernel the VM boots (once; IBEV_KERNEL picks it)
+  -h, --help          this text
+  -V, --version       the version
+
+PROGRAM sees IBEV_TEST_DEVICE (rxe0), IBEV_TEST_NETDEV, IBEV_TEST_ADDRESS
+(fd00::1), and with two devices IBEV_TEST_DEVICE2, IBEV_TEST_NETDEV2,
+IBEV_TEST_ADDRESS2. Environment: IBEV_SOFTROCE=auto|host|vm,
+IBEV_KERNEL=6.1|6.12, IBEV_VM_TIMEOUT (seconds, default 240), IBEV_VM_CPUS
+(default 1), IBEV_CACHE (default /var/cache/ibev).
+
+Exit status: PROGRAM's; 1 when the device or VM could not be made, or for a
+usage error (the reason on stderr).
+USAGE
+}
+# A usage error: the reason, then the usage, on stderr; exit 1.
+usage_error() {
+  echo "ibev-softroce-run: $1" >&2
+  usage >&2
+  exit 1
+}
+# The installed copy has its version written in (CMakeLists.txt); the source
+# tree reads version.h.
+version=IBEV_VERSION_UNSET
+if [[ $version == IBEV_VERSION_UNSET ]]; then
+  version=$(bash "$self_dir/../version.sh" 2>/dev/null) || version=unknown
+fi
+
+options=$(getopt -o +d:hV -l devices:,fetch-kernel,help,version -n ibev-softroce-run -- "$@" 2>&1) ||
+  usage_error "$(head -n 1 <<<"$options" | sed 's/^ibev-softroce-run: //')"
+eval set -- "$options"
 devices=1
-while [[ $# -gt 0 && $1 != -- ]]; do
+fetch=false
+while true; do
   case $1 in
-    --devices) devices=$2; shift 2 ;;
-    --fetch-kernel) exec "$here/fetch_kernel.sh" ;;
-    *) echo "softroce_run: unknown option $1" >&2; exit 2 ;;
+    -d|--devices) devices=$2; shift 2 ;;
+    --fetch-kernel) fetch=true; shift ;;
+    -h|--help) usage; exit 0 ;;
+    -V|--version) echo "ibev-softroce-run (ibev) $version"; exit 0 ;;
+    --) shift; break ;;
   esac
 done
+[[ -n $here ]] || {
+  echo "softroce: guest_init.sh not found (beside $0, in its runfiles or share/ibev/softroce)" >&2
+  exit 1
+}
+if $fetch; then exec "$here/fetch_kernel.sh"; fi
+[[ $# -ge 1 ]] || usage_error "no program given"
+[[ $devices == 1 || $devices == 2 ]] || usage_error "--devices is 1 or 2, not '$devices'"
+program=$1
+if [[ $program != */* && ! -e $program ]]; then program=$(type -P "$program") || program=$1; fi
+[[ -f $program && -x $program ]] || usage_error "no program $1 (a path, or a command on PATH)"
+binary=$(cd "$(dirname "$program")" && pwd)/$(basename "$program")
 shift
-[[ $# -ge 1 ]] || { echo "softroce_run: no binary given" >&2; exit 2; }
-[[ $devices == 1 || $devices == 2 ]] || { echo "softroce_run: --devices is 1 or 2" >&2; exit 2; }
-
-binary=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-shift
+# What a VM guest cannot see of the host: its own /run, /proc, /sys, /dev.
+guest_cannot_see() {
+  case $1/ in
+    /run/*|/proc/*|/sys/*|/dev/*) return 0 ;;
+  esac
+  return 1
+}
 mode=${IBEV_SOFTROCE:-auto}
 timeout_s=${IBEV_VM_TIMEOUT:-240}
 cpus=${IBEV_VM_CPUS:-1}
@@ -58,17 +123,14 @@ kernel=${IBEV_KERNEL:-6.1}
 case $kernel in
   6.1) cache=${IBEV_CACHE:-/var/cache/ibev}/kernel ;;
   6.12) cache=${IBEV_CACHE:-/var/cache/ibev}/kernel-6.12 ;;
-  *) echo "softroce: IBEV_KERNEL is 6.1 or 6.12, not $kernel"; exit 2 ;;
+  *) echo "softroce: IBEV_KERNEL is 6.1 or 6.12, not $kernel" >&2; exit 1 ;;
 esac
-if [[ -n ${TEST_TMPDIR:-} ]]; then
-  work=$TEST_TMPDIR/softroce  # Bazel's, which Bazel removes
-else
-  own_tmp=$(mktemp -d -t ibev-softroce.XXXXXX)
-  trap 'rm -rf "$own_tmp"' EXIT
-  trap 'exit 130' INT TERM
-  work=$own_tmp/softroce
-fi
-rm -rf "$work" && mkdir -p "$work"
+# Everything of the run in one folder, removed however the run ends (also
+# under Bazel: another runner may reuse TEST_TMPDIR without clearing it).
+work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/ibev-softroce.XXXXXX") ||
+  { echo "softroce: cannot make a temporary folder" >&2; exit 1; }
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
 
 # The commands that make the devices, as root, wherever the test runs.
 # Addresses stay in fd00::/8; nothing here reaches beyond the machine.
@@ -132,7 +194,7 @@ write_job() {
     # Each test case's entry and exit in the job's log: a guest that times
     # out shows where it was.
     printf 'export BOOST_TEST_LOGGER=%q\n' "HRF,unit_scope,stdout:JUNIT,message,$results/junit.xml"
-    printf 'cd %q || exit 98\n' "$PWD"
+    printf 'cd %q || { echo "softroce: cannot enter the working directory %q" >&2; exit 98; }\n' "$PWD" "$PWD"
     # A test still running this long after the guest booted (roughly when
     # the host's timeout started counting) is ended, after every thread's stack
     # is written to the log, before the host's own timeout kills the VM with
@@ -227,6 +289,14 @@ run_on_host() {
 }
 
 run_in_vm() {
+  local path
+  for path in "$binary" "$PWD"; do
+    if guest_cannot_see "$path"; then
+      echo "softroce: the VM guest cannot see $path: it shares this host's files, but" \
+        "/run, /proc, /sys and /dev are its own; run from, and a program in, another folder" >&2
+      return 1
+    fi
+  done
   command -v qemu-system-x86_64 >/dev/null ||
     { echo "softroce: qemu-system-x86_64 is missing (tools/setup.sh installs qemu-system-x86)"; return 1; }
   [[ -f $cache/ready ]] ||
@@ -299,5 +369,5 @@ case $mode in
   host) run_on_host "$@" ;;
   vm) run_in_vm "$@" ;;
   auto) if host_can_run; then run_on_host "$@"; else run_in_vm "$@"; fi ;;
-  *) echo "softroce: IBEV_SOFTROCE is auto, host or vm, not $mode"; exit 2 ;;
+  *) echo "softroce: IBEV_SOFTROCE is auto, host or vm, not $mode" >&2; exit 1 ;;
 esac

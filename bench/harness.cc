@@ -253,10 +253,10 @@ Peer::Peer(const Args& args) {
 }
 
 void Peer::connect(Side& side) {
-  ibev::RcEndpoint mine = side.qp->endpoint(), theirs{};
-  write_all(&mine, sizeof mine);
-  read_all(&theirs, sizeof theirs);
-  side.qp->connect(theirs);
+  auto wire = side.qp->endpoint().to_wire();
+  write_all(wire.data(), wire.size());
+  read_all(wire.data(), wire.size());
+  side.qp->connect(ibev::RcEndpoint::from_wire({wire.data(), wire.size()}));
 }
 
 void Peer::barrier() {

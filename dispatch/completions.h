@@ -61,10 +61,10 @@ struct CompletionOptions {
 
 // events: channel events taken for this CQ; ack_calls: ibv_ack_cq_events
 // calls made for it; empty_events: events whose drain found nothing;
-// completions: work completions handed to the handler; markers: those ibev
-// took for itself instead (a drain's markers, QueuePair::drain), never
-// handed to the handler; polled: work completions found by adaptive polling
-// (markers included); yields: turns that ended on a bound (the budget, or
+// completions: work completions handed to the handler (with an executor:
+// queued for it); markers: those taken instead by Dispatcher::take_completion
+// (a drain's markers), never handed to the handler; polled: work
+// completions found by adaptive polling (markers included); yields: turns that ended on a bound (the budget, or
 // giving way to another ready source while spinning on an empty CQ).
 #define IBEV_COMPLETION_STATS(X) \
   X(events) X(ack_calls) X(empty_events) X(completions) X(markers) X(polled) X(yields)

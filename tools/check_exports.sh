@@ -17,7 +17,18 @@ if [[ $soname != "libibev.so.$soversion" ]]; then
   exit 1
 fi
 symbols=$(nm -D --defined-only "$lib" | c++filt | cut -d' ' -f3-)
-stray=$(grep -vE '^(ibev::|typeinfo (name )?for ibev::|vtable for ibev::|IBEV_[0-9]+$)' <<<"$symbols" || true)
+# The version node, named after the SONAME's version (cmake/libibev.map.in).
+if ! grep -qx "IBEV_$soversion" <<<"$symbols"; then
+  echo "check_exports: no version node IBEV_$soversion in $lib" >&2
+  exit 1
+fi
+unversioned=$(grep -v "@@IBEV_$soversion\$" <<<"$symbols" | grep -vx "IBEV_$soversion" || true)
+if [[ -n $unversioned ]]; then
+  echo "check_exports: symbols outside the node IBEV_$soversion:" >&2
+  head -5 <<<"$unversioned" >&2
+  exit 1
+fi
+stray=$(grep -vE "^(ibev::|typeinfo (name )?for ibev::|vtable for ibev::|IBEV_${soversion//./\\.}\$)" <<<"$symbols" || true)
 internal=$(grep -E '^((typeinfo (name )?|vtable )for )?ibev::detail::' <<<"$symbols" || true)
 if [[ -n $stray || -n $internal ]]; then
   echo "check_exports: $lib exports more than the ibev:: API:" >&2

@@ -15,6 +15,7 @@
 # library dependencies from dpkg-shlibdeps. Install with:
 # apt-get install ./OUTDIR/*.deb
 set -euo pipefail
+umask 022  # what dh_fixperms would make of the tree: 0755 folders, 0644 files
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/build/deb}
 [[ $out == /* ]] || out=$(pwd)/$out
@@ -100,7 +101,7 @@ Copyright: 2026 The ibev developers
 License: BSD-2-clause or GPL-2
 
 License: BSD-2-clause
-$(sed -n '/^Redistribution and use/,$p' "$root/LICENSE" | sed 's/^$/./; s/^/ /')
+$(sed -n '/^Redistribution and use/,/SUCH DAMAGE\.$/p' "$root/LICENSE" | sed 's/^$/./; s/^/ /')
 
 License: GPL-2
  This program is free software; you can redistribute it and/or modify it

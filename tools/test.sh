@@ -108,10 +108,13 @@ run tsan --config=tsan //...
 pushd examples/consumer-bazel >/dev/null
 run consumer-bazel //...
 popd >/dev/null
-# With the .bazelrc docs/consuming.md gives, a build prints no sandbox debug
-# lines (Debian's Bazel printed some forty per action with linux-sandbox).
-check consumer-bazel-quiet bash -c "! grep -m 3 'linux-sandbox' '$work/consumer-bazel.log' &&
-  echo 'no linux-sandbox debug lines in the consumer build'"
+# The .bazelrc docs/consuming.md gives takes effect (Debian's Bazel printed
+# some forty linux-sandbox debug lines per action without it), and the
+# consumer's build (clean on a fresh clone) printed none.
+check consumer-bazel-quiet bash -c "cd examples/consumer-bazel &&
+  bazel build --announce_rc --nobuild //... 2>&1 | grep -q 'spawn_strategy=processwrapper-sandbox' &&
+  ! grep -m 3 'linux-sandbox' '$work/consumer-bazel.log' &&
+  echo 'the consumer builds with processwrapper-sandbox; no linux-sandbox debug lines'"
 
 # The installed package: tools/install.sh into a fresh prefix.
 prefix=$work/prefix

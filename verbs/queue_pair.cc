@@ -22,11 +22,9 @@ void (*detail::test_seams::before_drain_posts)(ibv_qp*) = nullptr;
 
 namespace {
 
-constexpr std::uint32_t kPsnMask = 0xffffff;  // PSNs are 24 bits
-
 std::uint32_t random_psn() {
   thread_local std::mt19937 engine{std::random_device{}()};
-  return std::uniform_int_distribution<std::uint32_t>(0, kPsnMask)(engine);
+  return std::uniform_int_distribution<std::uint32_t>(0, detail::kMax24Bits)(engine);
 }
 
 // RESET or INIT -> INIT, the one step of connect() that needs no remote;

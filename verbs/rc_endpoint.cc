@@ -21,10 +21,25 @@ int hex_digit(char c) noexcept {
   return -1;
 }
 
+// Bytes from the network, quoted printable: anything else as \xHH.
+std::string quoted(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += c;
+    } else {
+      char escaped[5];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", static_cast<unsigned char>(c));
+      out += escaped;
+    }
+  }
+  return out + '"';
+}
+
 [[noreturn]] void bad_wire(std::string_view wire, const std::string& why) {
-  throw std::invalid_argument("RcEndpoint::from_wire: " + why + ", in \"" +
-                              std::string(wire) + "\" (expected LLLL:QQQQQQ:PPPPPP:" +
-                              std::string(kGidDigits, 'G') + ", in hex)");
+  throw std::invalid_argument("RcEndpoint::from_wire: " + why + ", in " + quoted(wire) +
+                              " (expected LLLL:QQQQQQ:PPPPPP:" + std::string(kGidDigits, 'G') +
+                              ", in hex)");
 }
 
 // The hex number of `digits` digits at `at`, then the separator `then`
@@ -46,7 +61,7 @@ std::uint32_t read_field(std::string_view text, std::size_t& at, std::size_t dig
 
 namespace detail {
 void require_psn(const char* what, std::uint32_t psn) {
-  if (psn > 0xffffff) {
+  if (psn > kMax24Bits) {
     throw std::invalid_argument(std::string(what) + ": a PSN has 24 bits, got " +
                                 std::to_string(psn));
   }
@@ -56,7 +71,7 @@ void require_psn(const char* what, std::uint32_t psn) {
 RcEndpoint::RcEndpoint(std::uint32_t qp_num, const ibv_gid& gid, std::uint32_t psn,
                        std::uint16_t lid)
     : qp_num_(qp_num), gid_(gid), psn_(psn), lid_(lid) {
-  if (qp_num > 0xffffff) {
+  if (qp_num > detail::kMax24Bits) {
     throw std::invalid_argument("RcEndpoint: a QP number has 24 bits, got " +
                                 std::to_string(qp_num));
   }

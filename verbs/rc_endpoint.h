@@ -8,7 +8,9 @@
 // picks its PSN by editing its endpoint (`my_dest.psn = lrand48()`); ported
 // onto an editable endpoint, that edit would reach the peer but never the QP,
 // and the connection would stall with no error. Choose the PSN where the QP
-// sends from it: QueuePairOptions::psn.
+// sends from it: QueuePairOptions::psn. Building an endpoint for your own QP
+// by hand (RcEndpoint(qp->qp_num(), gid, some_psn)) is the same mistake:
+// advertise qp->endpoint().
 //
 // A value type: copy it freely, from any thread.
 #ifndef IBEV_VERBS_RC_ENDPOINT_H_
@@ -61,6 +63,7 @@ class RcEndpoint {
 };
 
 namespace detail {
+inline constexpr std::uint32_t kMax24Bits = 0xffffff;  // PSNs and QP numbers
 // Throws std::invalid_argument, naming `what`, for a PSN wider than 24 bits.
 void require_psn(const char* what, std::uint32_t psn);
 }  // namespace detail

@@ -10,7 +10,7 @@
 // ibv_rc_pingpong); with it, it connects to SERVER:TCP_PORT and sends first.
 // Give both ends the same -s (ibv_rc_pingpong's default is 4096 too). Exits 0
 // after ITERS messages each way; 1, saying why on stderr, on any error or
-// when the whole run takes longer than -t (default 30 s).
+// when the whole run takes longer than -t (default 30 s); 2 for a usage error.
 //
 // The order is the one that avoids the classic races: receives are posted in
 // INIT, before the peer learns our endpoint (so its first send never finds
@@ -19,15 +19,18 @@
 // default), never edited on the endpoint.
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -57,12 +60,13 @@ struct Args {
   std::string server;  // empty: we are the server
 };
 
-[[noreturn]] void usage(const char* argv0) {
-  std::fprintf(stderr,
+// -h: the usage on stdout, exit 0; a usage error: on stderr, exit 2.
+[[noreturn]] void usage(const char* argv0, int status = 2) {
+  std::fprintf(status == 0 ? stdout : stderr,
                "usage: %s [-d DEVICE] [-g GID_INDEX] [-p TCP_PORT] [-n ITERS] [-s SIZE] "
                "[-t SECONDS] [SERVER]\n",
                argv0);
-  std::exit(2);
+  std::exit(status);
 }
 
 int number(const char* text, long min, const char* argv0) {
@@ -82,6 +86,7 @@ Args parse(int argc, char** argv) {
       case 'n': args.iters = number(optarg, 1, argv[0]); break;
       case 's': args.size = static_cast<std::size_t>(number(optarg, 1, argv[0])); break;
       case 't': args.timeout_s = number(optarg, 1, argv[0]); break;
+      case 'h': usage(argv[0], 0);
       default: usage(argv[0]);
     }
   }
@@ -90,17 +95,19 @@ Args parse(int argc, char** argv) {
   return args;
 }
 
-// The TCP side: a connected socket, whole reads and writes.
+// The TCP side: a connected socket, whole reads and writes, none waiting
+// past the run's deadline.
 class Socket {
  public:
-  explicit Socket(int fd) : fd_(fd) {}
-  Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Socket(int fd, Clock::time_point deadline) : fd_(fd), deadline_(deadline) {}
+  Socket(Socket&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)), deadline_(other.deadline_) {}
   ~Socket() {
     if (fd_ >= 0) ::close(fd_);
   }
-  // The one client, on `port` of any address.
-  static Socket accept_one(const std::string& port);
-  // SERVER:port, retried while nobody listens yet, until `deadline`.
+  // The one client, on `port` of any local address.
+  static Socket accept_one(const std::string& port, Clock::time_point deadline);
+  // HOST:port, each of its addresses, retried while nobody listens yet.
   static Socket connect_to(const std::string& host, const std::string& port,
                            Clock::time_point deadline);
 
@@ -114,6 +121,7 @@ class Socket {
   }
   void read_all(void* data, std::size_t size) const {
     for (auto* at = static_cast<char*>(data); size > 0;) {
+      wait_readable("read");
       const ssize_t n = ::read(fd_, at, size);
       if (n < 0) throw std::system_error(errno, std::generic_category(), "read");
       if (n == 0) throw std::runtime_error("read: the peer closed the connection");
@@ -123,10 +131,27 @@ class Socket {
   }
 
  private:
+  // Throws ETIMEDOUT, naming `what`, when nothing comes before the deadline.
+  void wait_readable(const char* what) const {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline_ - Clock::now());
+      pollfd ready{fd_, POLLIN, 0};
+      const int n = ::poll(&ready, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
+      if (n > 0) return;
+      if (n == 0) throw std::system_error(ETIMEDOUT, std::generic_category(), what);
+      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "poll");
+    }
+  }
+
   int fd_;
+  Clock::time_point deadline_;
 };
 
-addrinfo* resolve(const char* host, const std::string& port) {
+// getaddrinfo's list, freed however the caller leaves.
+using AddressList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
+
+AddressList resolve(const char* host, const std::string& port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -135,34 +160,42 @@ addrinfo* resolve(const char* host, const std::string& port) {
   if (const int rc = ::getaddrinfo(host, port.c_str(), &hints, &found); rc != 0) {
     throw std::runtime_error(std::string("getaddrinfo: ") + ::gai_strerror(rc));
   }
-  return found;
+  return AddressList(found, &::freeaddrinfo);
 }
 
-Socket Socket::accept_one(const std::string& port) {
-  addrinfo* found = resolve(nullptr, port);
-  Socket listener(::socket(found->ai_family, found->ai_socktype, found->ai_protocol));
-  const int yes = 1;
-  ::setsockopt(listener.fd_, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  const bool bound = listener.fd_ >= 0 &&
-                     ::bind(listener.fd_, found->ai_addr, found->ai_addrlen) == 0 &&
-                     ::listen(listener.fd_, 1) == 0;
-  const int error = errno;
-  ::freeaddrinfo(found);
-  if (!bound) throw std::system_error(error, std::generic_category(), "listen on port " + port);
-  Socket client(::accept(listener.fd_, nullptr, nullptr));
-  if (client.fd_ < 0) throw std::system_error(errno, std::generic_category(), "accept");
-  return client;
+Socket Socket::accept_one(const std::string& port, Clock::time_point deadline) {
+  int error = 0;
+  const AddressList addresses = resolve(nullptr, port);
+  for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+    Socket listener(::socket(a->ai_family, a->ai_socktype, a->ai_protocol), deadline);
+    if (listener.fd_ < 0) {
+      error = errno;
+      continue;
+    }
+    const int yes = 1;
+    ::setsockopt(listener.fd_, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (::bind(listener.fd_, a->ai_addr, a->ai_addrlen) != 0 || ::listen(listener.fd_, 1) != 0) {
+      error = errno;
+      continue;
+    }
+    listener.wait_readable("accept (no client came)");
+    Socket client(::accept(listener.fd_, nullptr, nullptr), deadline);
+    if (client.fd_ < 0) throw std::system_error(errno, std::generic_category(), "accept");
+    return client;
+  }
+  throw std::system_error(error, std::generic_category(), "listen on port " + port);
 }
 
 Socket Socket::connect_to(const std::string& host, const std::string& port,
                           Clock::time_point deadline) {
   for (;;) {
-    addrinfo* found = resolve(host.c_str(), port);
-    Socket s(::socket(found->ai_family, found->ai_socktype, found->ai_protocol));
-    const bool connected = s.fd_ >= 0 && ::connect(s.fd_, found->ai_addr, found->ai_addrlen) == 0;
-    const int error = errno;
-    ::freeaddrinfo(found);
-    if (connected) return s;
+    int error = 0;
+    const AddressList addresses = resolve(host.c_str(), port);
+    for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+      Socket s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol), deadline);
+      if (s.fd_ >= 0 && ::connect(s.fd_, a->ai_addr, a->ai_addrlen) == 0) return s;
+      error = errno;
+    }
     if (error != ECONNREFUSED || Clock::now() >= deadline) {
       throw std::system_error(error, std::generic_category(), "connect to " + host + ":" + port);
     }
@@ -180,8 +213,9 @@ void print(const char* who, const ibev::RcEndpoint& e) {
 // The traffic, driven by completions on the dispatching thread: a side sends
 // its next message once its last send has completed and the peer's answer to
 // it has arrived (the client sends first), as ibv_rc_pingpong does. Uses the
-// QP and memory region run() owns, which (with the CQ whose handler calls
-// it) are gone before it is.
+// QP and memory region run() owns: run() calls stop() before they go, on
+// every way out (a timeout leaves traffic in flight, and the CQ's handler
+// runs until the CQ goes, after them).
 class Pingpong {
  public:
   static constexpr int kReceives = 16;  // posted at all times
@@ -219,6 +253,12 @@ class Pingpong {
     qp_->post_send(wr);
     ++sent_;
     send_in_flight_ = true;
+  }
+
+  // From here on the handler touches nothing; returns after a running one.
+  void stop() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
   }
 
   void start_sending() {
@@ -290,6 +330,10 @@ int run(const Args& args) {
   auto mr = ibev::MemoryRegion::create(pd, pingpong.memory(), pingpong.memory_size(),
                                       IBV_ACCESS_LOCAL_WRITE);
   pingpong.attach(*qp, *mr);
+  struct StopFirst {  // destroyed before mr and qp, however run() ends
+    Pingpong& pingpong;
+    ~StopFirst() { pingpong.stop(); }
+  } stop_first{pingpong};
   dispatcher.start();
 
   ibev::ConnectOptions connect_options;
@@ -310,7 +354,7 @@ int run(const Args& args) {
     qp->connect(theirs, connect_options);
     peer.write_all(done, sizeof done);
   } else {
-    Socket peer = Socket::accept_one(args.tcp_port);
+    Socket peer = Socket::accept_one(args.tcp_port, deadline);
     std::array<char, ibev::RcEndpoint::kWireSize> remote{};
     peer.read_all(remote.data(), remote.size());
     theirs = ibev::RcEndpoint::from_wire({remote.data(), remote.size()});

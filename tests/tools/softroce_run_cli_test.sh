@@ -42,6 +42,12 @@ mkdir -p "$empty_cache"
 code=$(cd /proc && IBEV_SOFTROCE=vm IBEV_CACHE=$empty_cache bash "$runner" /bin/true 2>"$err" >/dev/null; echo $?)
 expect "a working directory under /proc is refused (exit 1)" test "$code" = 1
 expect "... saying the guest cannot see it" grep -q 'cannot see /proc' "$err"
+if [[ -L /var/run && $(readlink -f /var/run) == /run ]]; then
+  # A symbolic way into the guest's own /run: refused as /run itself.
+  code=$(cd /var/run && IBEV_SOFTROCE=vm IBEV_CACHE=$empty_cache bash "$runner" /bin/true 2>"$err" >/dev/null; echo $?)
+  expect "a working directory under /var/run (/run) is refused (exit 1)" test "$code" = 1
+  expect "... named by its physical path" grep -q 'cannot see /run' "$err"
+fi
 
 # No temporary folder left, in TMPDIR or in a TEST_TMPDIR (a failed run here:
 # no kernel in an empty cache).
@@ -50,7 +56,7 @@ mkdir -p "$tmp" "$test_tmp"
 code=$(env -u TEST_TMPDIR TMPDIR="$tmp" IBEV_SOFTROCE=vm IBEV_CACHE="$empty_cache" \
   bash "$runner" /bin/true 2>"$err" >"$out"; echo $?)
 expect "no kernel: exit 1" test "$code" = 1
-expect "no kernel: says how to fetch one" grep -q -- '--fetch-kernel' <(cat "$err" "$out")
+expect "no kernel: says how to fetch one, on stderr" grep -q -- '--fetch-kernel' "$err"
 expect "nothing left in TMPDIR" test -z "$(ls -A "$tmp")"
 TEST_TMPDIR=$test_tmp IBEV_SOFTROCE=vm IBEV_CACHE=$empty_cache bash "$runner" /bin/true >/dev/null 2>&1
 expect "nothing left in TEST_TMPDIR" test -z "$(ls -A "$test_tmp")"

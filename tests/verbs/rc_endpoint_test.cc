@@ -113,6 +113,8 @@ const Bad kBad[] = {
     {"a non-hex gid", kGood.substr(0, 50) + "x", "the GID is not 2 hex digits"},
     {"text after the NUL is ignored, not before", std::string("0000:000011") + '\0' + "x",
      "11 characters, not 51"},
+    {"bytes off the network are quoted escaped", "\x01" + kGood.substr(1),
+     "in \"\\x01000:000011:abcdef:"},
 };
 
 BOOST_DATA_TEST_CASE(bad_wire_text_is_refused_naming_what_is_wrong, bdata::make(kBad), b) {

@@ -30,8 +30,9 @@
 # default 240), IBEV_VM_CPUS (default 1, so that two test VMs share 2 cores),
 # IBEV_CACHE (kernel cache root).
 #
-# Exit status: the program's; 1 when the device or the VM could not be made,
-# or for a usage error, with the reason on stderr (as ibev-watch).
+# Exit status: the program's; 1 when the VM could not be made or did not
+# finish, or for a usage error; 97 when the rxe devices could not be made; 98
+# when the guest could not enter the working directory; the reason on stderr.
 set -uo pipefail
 
 # Its companions (guest_init.sh, modules.txt, fetch_kernel.sh): under `bazel
@@ -66,8 +67,9 @@ IBEV_TEST_ADDRESS2. Environment: IBEV_SOFTROCE=auto|host|vm,
 IBEV_KERNEL=6.1|6.12, IBEV_VM_TIMEOUT (seconds, default 240), IBEV_VM_CPUS
 (default 1), IBEV_CACHE (default /var/cache/ibev).
 
-Exit status: PROGRAM's; 1 when the device or VM could not be made, or for a
-usage error (the reason on stderr).
+Exit status: PROGRAM's; 1 when the VM could not be made or did not finish,
+or for a usage error; 97 when the rxe devices could not be made; 98 when the
+guest could not enter the working directory. The reason goes to stderr.
 USAGE
 }
 # A usage error: the reason, then the usage, on stderr; exit 1.
@@ -105,9 +107,12 @@ if $fetch; then exec "$here/fetch_kernel.sh"; fi
 [[ $# -ge 1 ]] || usage_error "no program given"
 [[ $devices == 1 || $devices == 2 ]] || usage_error "--devices is 1 or 2, not '$devices'"
 program=$1
-if [[ $program != */* && ! -e $program ]]; then program=$(type -P "$program") || program=$1; fi
-[[ -f $program && -x $program ]] || usage_error "no program $1 (a path, or a command on PATH)"
-binary=$(cd "$(dirname "$program")" && pwd)/$(basename "$program")
+# As a shell does: a name without a slash is looked up on PATH only.
+if [[ $program != */* ]]; then program=$(type -P "$program") || program=$1; fi
+[[ $program == */* && -f $program && -x $program ]] ||
+  usage_error "no program $1 (a path, or a command on PATH)"
+# Physical paths: what the guest sees (/var/run is /run, the guest's own).
+binary=$(cd "$(dirname "$program")" && pwd -P)/$(basename "$program")
 shift
 # What a VM guest cannot see of the host: its own /run, /proc, /sys, /dev.
 guest_cannot_see() {
@@ -276,7 +281,7 @@ run_on_host() {
   # A network namespace of its own, so that the devices made for the test
   # never meet the host's interfaces and vanish with the test.
   local netns=ibev-test-$$
-  ip netns add "$netns" || { echo "softroce: cannot create netns $netns"; return 1; }
+  ip netns add "$netns" || { echo "softroce: cannot create netns $netns" >&2; return 1; }
   write_job "$work" "$@"
   ip netns exec "$netns" bash "$work/job.sh"
   local rc=$?
@@ -290,25 +295,27 @@ run_on_host() {
 
 run_in_vm() {
   local path
-  for path in "$binary" "$PWD"; do
+  for path in "$binary" "$(pwd -P)"; do
     if guest_cannot_see "$path"; then
       echo "softroce: the VM guest cannot see $path: it shares this host's files, but" \
         "/run, /proc, /sys and /dev are its own; run from, and a program in, another folder" >&2
       return 1
     fi
   done
+  [[ $(uname -m) == x86_64 ]] ||
+    { echo "softroce: the VM boots an amd64 kernel under qemu-system-x86_64: an x86_64 host only" >&2; return 1; }
   command -v qemu-system-x86_64 >/dev/null ||
-    { echo "softroce: qemu-system-x86_64 is missing (tools/setup.sh installs qemu-system-x86)"; return 1; }
+    { echo "softroce: qemu-system-x86_64 is missing (tools/setup.sh installs qemu-system-x86)" >&2; return 1; }
   [[ -f $cache/ready ]] ||
-    { echo "softroce: no kernel in $cache (fetch it once: IBEV_KERNEL=$kernel $0 --fetch-kernel)"; return 1; }
+    { echo "softroce: no kernel in $cache (fetch it once: IBEV_KERNEL=$kernel $0 --fetch-kernel)" >&2; return 1; }
   [[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 ||
-    { echo "softroce: /bin/busybox is missing (busybox-static)"; return 1; }
+    { echo "softroce: /bin/busybox is missing (busybox-static)" >&2; return 1; }
 
   # The initramfs (busybox, the modules, the init script), built once per
   # content and kept beside the kernel; uncompressed, as TCG unpacks gzip slowly.
   local key initramfs
   key=$(cat "$here/guest_init.sh" "$cache/modules/order" /bin/busybox "$cache/ready" |
-    md5sum | cut -c1-12) || { echo "softroce: cannot read the guest files"; return 1; }
+    md5sum | cut -c1-12) || { echo "softroce: cannot read the guest files" >&2; return 1; }
   initramfs=$cache/initramfs-$key.cpio
   if [[ ! -f $initramfs ]]; then
     (
@@ -322,7 +329,7 @@ run_in_vm() {
       cd "$initrd"
       find . | cpio -o -H newc --quiet >"$work/initramfs.cpio"
       mv "$work/initramfs.cpio" "$initramfs"
-    ) || { echo "softroce: cannot build the initramfs in $cache"; return 1; }
+    ) || { echo "softroce: cannot build the initramfs in $cache" >&2; return 1; }
   fi
 
   local results=$work/results
@@ -351,17 +358,17 @@ run_in_vm() {
     return "$rc"
   fi
   if [[ -f $results/vm_error ]]; then
-    echo "softroce: the VM failed: $(cat "$results/vm_error")"
+    echo "softroce: the VM failed: $(cat "$results/vm_error")" >&2
   elif [[ $qemu_rc -eq 124 || $qemu_rc -eq 137 ]]; then
-    echo "softroce: guest timeout after ${timeout_s}s"
+    echo "softroce: guest timeout after ${timeout_s}s" >&2
   elif [[ ! -f $results/vm_booted ]]; then
-    echo "softroce: the VM did not boot (qemu exit $qemu_rc)"
-    tail -n 20 "$work/qemu.log"
+    echo "softroce: the VM did not boot (qemu exit $qemu_rc)" >&2
+    tail -n 20 "$work/qemu.log" >&2
   else
-    echo "softroce: the VM stopped before the test finished (qemu exit $qemu_rc)"
+    echo "softroce: the VM stopped before the test finished (qemu exit $qemu_rc)" >&2
   fi
-  echo "---- last lines of the guest console ----"
-  tail -n 30 "$work/console.log" 2>/dev/null
+  echo "---- last lines of the guest console ----" >&2
+  tail -n 30 "$work/console.log" >&2 2>/dev/null
   return 1
 }
 

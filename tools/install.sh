@@ -6,6 +6,8 @@
 #   PREFIX/lib/cmake/ibev/           find_package(ibev 0.7) -> ibev::ibev
 #   PREFIX/bin/ibev-watch            and share/man/man1/ibev-watch.1
 #   PREFIX/bin/ibev-softroce-run     runs a program against soft-RoCE
+#   PREFIX/share/doc/ibev/html/      the API reference (Doxygen; IBEV_DOCS=OFF skips it)
+#   PREFIX/share/man/man3, man7      ibev_*(3), one per main type, and ibev(7)
 #
 #   tools/install.sh PREFIX
 #
@@ -31,7 +33,7 @@ libdir=()
 [[ $prefix == /usr ]] || libdir=(-DCMAKE_INSTALL_LIBDIR=lib)
 cmake --fresh -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_INSTALL_PREFIX="$prefix" "${libdir[@]}" \
-  -DIBEV_WERROR="${IBEV_WERROR:-OFF}" >/dev/null
+  -DIBEV_WERROR="${IBEV_WERROR:-OFF}" -DIBEV_DOCS="${IBEV_DOCS:-ON}" >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 cmake --install "$build" >/dev/null
 echo "install: ibev installed into ${DESTDIR:-}$prefix"

@@ -5,7 +5,8 @@
 #   libibev0.7    libibev.so.0.7 (the runtime library; the package is named
 #                 after the SONAME, which carries the minor before 1.0)
 #   libibev-dev   headers, libibev.so, libibev.a, ibev.pc, the CMake package,
-#                 the API reference and section 3 pages, the docs and examples
+#                 the API reference (share/doc/libibev-dev/html, registered
+#                 with doc-base), ibev_*(3) and ibev(7), the docs and examples
 #   ibev-tools    ibev-watch, ibev-softroce-run (and their man pages)
 #
 #   tools/package.sh [OUTDIR]       (default build/deb)
@@ -46,8 +47,7 @@ take() {
 }
 take "$runtime" "$lib/libibev.so.$soversion" "$lib/libibev.so.$version"
 take libibev-dev include/ibev "$lib/libibev.so" "$lib/libibev.a" "$lib/pkgconfig" "$lib/cmake"
-[[ -d $tree/share/man/man3 ]] && take libibev-dev share/man/man3
-[[ -d $tree/share/doc/ibev ]] && take libibev-dev share/doc/ibev
+take libibev-dev share/man/man3 share/man/man7 share/doc/ibev/html
 take ibev-tools bin share/man share/ibev
 leftover=$(cd "$tree" && find . -type f -o -type l)
 [[ -z $leftover ]] || { echo "package: files in no package: $leftover" >&2; exit 1; }
@@ -66,6 +66,22 @@ gzip -9n "$work"/*/usr/share/man/man*/*.[0-9]
 # The -dev package's documentation, as Debian's -dev packages carry it.
 dev_doc=$work/libibev-dev/usr/share/doc/libibev-dev
 mkdir -p "$dev_doc/examples"
+mv "$work/libibev-dev/usr/share/doc/ibev/html" "$dev_doc/html"
+rmdir "$work/libibev-dev/usr/share/doc/ibev"
+# Registered with doc-base, as Debian's policy (9.10) asks of HTML docs.
+mkdir -p "$work/libibev-dev/usr/share/doc-base"
+cat >"$work/libibev-dev/usr/share/doc-base/libibev-dev.ibev-reference" <<'DOCBASE'
+Document: ibev-reference
+Title: ibev API reference
+Author: The ibev developers
+Abstract: The C++ API of ibev, RDMA events with the kernel's event model,
+ made by Doxygen from the comments of its public headers.
+Section: Programming/C++
+
+Format: HTML
+Index: /usr/share/doc/libibev-dev/html/index.html
+Files: /usr/share/doc/libibev-dev/html/*.html
+DOCBASE
 cp "$root/README.md" "$root/CHANGELOG.md" "$root"/docs/{api,consuming,design,events}.md "$dev_doc/"
 cp -r "$root/examples/consumer.cc" "$root/examples/consumer-cmake" "$root/examples/consumer-make" \
   "$root/examples/pingpong" "$dev_doc/examples/"

@@ -18,6 +18,10 @@ packages=(
   gdb
   # reading Bazel's build event protocol (tools/bazel_results.py)
   python3
+  # the API reference (docs/doxygen), checked by //tests/docs:doxygen_test
+  doxygen
+  # the manual pages' checks (//tests/docs:man_pages_test)
+  man-db groff-base
 )
 
 missing=()

@@ -54,7 +54,7 @@ CMAKE
   if cmake -S "$work/older" -B "$work/older/build" "${cmake_args[@]}" >"$work/older.log" 2>&1; then
     echo "find_package(ibev $older) accepted ibev $version" >>"$work/older.log"
     report "cmake-asks-$older" 1 "$work/older.log"
-  elif grep -q "compatible with requested version \"$older\"" "$work/older.log" &&
+  elif grep -q "requested version \"$older\"" "$work/older.log" &&
        grep -q "version: $version" "$work/older.log"; then
     # Refused for its version, the installed one named: what a user should see.
     report "cmake-asks-$older" 0 "$work/older.log"

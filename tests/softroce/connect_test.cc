@@ -4,20 +4,13 @@
 // role of its TCP exchange, in examples/pingpong's test). Messages go both
 // ways. Where connect() may start, and what it refuses.
 #define BOOST_TEST_MODULE ibev_softroce_connect
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
-#include <atomic>
-#include <future>
-#include <thread>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <set>

@@ -5,7 +5,7 @@
 # failures and the first failing run's log (kept under the output folder,
 # since the next configuration's runs overwrite Bazel's). A flaky test is a
 # defect: this finds them. Two soft-RoCE VMs run at once, one vCPU each, as
-# in the test command (softroce_run.sh); at N=5 plan for about an hour.
+# in the test command (softroce_run.sh); at N=5 plan for about 95 minutes.
 #
 #   tools/flake_hunt.sh [N] [OUTPUT_DIR] [TARGET...]   (default //...)
 #

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -656,4 +657,29 @@ BOOST_AUTO_TEST_CASE(a_worker_thread_runs_tasks_in_order_and_drains_on_destructi
   for (int i = 0; i <= 100; ++i) BOOST_TEST(order[i] == i);
   BOOST_REQUIRE(failures.size() == 1u);
   BOOST_TEST(failures[0].what == "task broke");
+}
+
+// A task's captures die outside the worker's lock: one whose destructor posts
+// (a cleanup handed to the same worker, the usual end of a shared_ptr's life)
+// must not deadlock the worker. On failure the stuck worker is leaked: joining
+// it would hang the test.
+BOOST_AUTO_TEST_CASE(a_task_whose_captures_post_when_destroyed_does_not_deadlock_the_worker) {
+  struct PostsWhenDestroyed {
+    PostsWhenDestroyed(ibev::WorkerThread& w, std::promise<void>& c)
+        : worker(w), cleaned_up(c) {}
+    PostsWhenDestroyed(const PostsWhenDestroyed&) = delete;
+    ~PostsWhenDestroyed() {
+      worker.post([&cleaned_up = cleaned_up] { cleaned_up.set_value(); });
+    }
+    ibev::WorkerThread& worker;
+    std::promise<void>& cleaned_up;
+  };
+  std::promise<void> cleaned_up;
+  auto worker = std::make_unique<ibev::WorkerThread>();
+  auto captured = std::make_shared<PostsWhenDestroyed>(*worker, cleaned_up);
+  worker->post([captured = std::move(captured)] {});
+  if (cleaned_up.get_future().wait_for(10s) != std::future_status::ready) {
+    static_cast<void>(worker.release());
+    BOOST_FAIL("the worker deadlocked destroying a task whose capture posts");
+  }
 }

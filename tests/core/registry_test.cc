@@ -28,8 +28,8 @@ namespace {
 
 std::vector<int> all_codes() {
   std::vector<int> codes;
-  for (int code = 0; code < 20; ++code) codes.push_back(code);
-  codes.insert(codes.end(), {20, 42});
+  for (const auto& type : ibev::kEventTypes) codes.push_back(type.type);
+  codes.insert(codes.end(), {ibev::kEventTypes.back().type + 1, 42});
   return codes;
 }
 

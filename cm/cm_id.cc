@@ -1,7 +1,8 @@
 // One CM event's path, top-down: CmChannelState::serve reads it, resolve()
 // decides who hears it and copies what the handler needs (making the new id
 // of a CONNECT_REQUEST, moving a connecting QP on CONNECT_RESPONSE), the
-// event is acked, and deliver() calls the handler.
+// event is acked, and the routing primitive's call (core/route.h) runs the
+// handler, inline or on the id's executor.
 //
 // Locking: a channel's `mutex` guards its table of ids (and the timers of
 // release_removed_devices), and nothing else is done under it. Its `calls`
@@ -9,7 +10,7 @@
 // never across a handler: librdmacm is not safe for two threads in one id at
 // once. An id's own mutex guards its QP and connection state. The
 // dispatching thread holds no lock while a handler runs. The waits: an id's
-// close() waits for its running handler (CallGuard) holding no lock, then
+// close() waits for its running handler (its subscriber's guard) holding no lock, then
 // destroys the id under `calls`; there rdma_destroy_id waits for the acks of
 // the id's events, which serve() gives without `calls` (it holds that lock
 // only to read), and before it delivers anything. establish() works on the
@@ -33,8 +34,8 @@
 #include <utility>
 #include <vector>
 
-#include <ibev/core/call_guard.h>
 #include <ibev/core/failure.h>
+#include <ibev/core/route.h>
 
 namespace ibev {
 namespace {
@@ -109,14 +110,17 @@ namespace detail {
 
 IBEV_DECLARE_ATOMIC_STATS(CmAtomicStats, CmStats, IBEV_CM_STATS);
 
+using CmSubscriber = Subscriber<CmEvent>;
+
 struct CmIdState {
-  CmIdState(rdma_cm_id* cm_id, CmHandler h, Executor e)
-      : id(cm_id), handler(std::move(h)), executor(std::move(e)) {}
+  CmIdState(rdma_cm_id* cm_id, CmHandler handler, Executor executor)
+      : id(cm_id),
+        subscriber(std::make_shared<CmSubscriber>(std::move(handler), AnyArg{},
+                                                  std::move(executor))) {}
 
   std::atomic<rdma_cm_id*> id;  // null once closed
-  const CmHandler handler;
-  const Executor executor;
-  CallGuard guard;  // close() waits on it (core/call_guard.h)
+  // The handler; close() waits on its guard.
+  const std::shared_ptr<CmSubscriber> subscriber;
   CmId* owner = nullptr;
 
   std::mutex mutex;
@@ -159,8 +163,7 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
   void serve() noexcept;
   Routed resolve(rdma_cm_event& raw) noexcept;
   void establish(CmIdState& state, rdma_cm_id* id, CmEvent& event) noexcept;
-  void deliver(Routed routed) noexcept;
-  void call(CmIdState& to, CmEvent& event) noexcept;
+  void deliver(const Routed& routed) noexcept;
   void report(Failure failure) const noexcept { registry.report(failure); }
 
   rdma_event_channel* const channel;
@@ -200,7 +203,7 @@ void CmChannelState::serve() noexcept {
     Routed routed = resolve(*raw);
     rdma_ack_cm_event(raw);
     if (routed.refused != nullptr) rdma_destroy_id(routed.refused);
-    deliver(std::move(routed));
+    deliver(routed);
   }
 }
 
@@ -234,8 +237,10 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
       return routed;
     }
     auto made = exception_text([&] {
-      event.new_id = std::make_shared<CmId>(CmId::Token{}, std::move(channel_object), raw.id,
-                                            routed.to->handler, routed.to->executor);
+      const CmSubscriber& listener = *routed.to->subscriber;
+      event.new_id = std::make_shared<CmId>(
+          CmId::Token{}, std::move(channel_object), raw.id, listener.callback,
+          listener.executor ? *listener.executor : Executor{});
     });
     if (made) {
       report(Failure::handler_threw("CmId for a CONNECT_REQUEST", std::move(*made)));
@@ -244,6 +249,7 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
       routed.refused = raw.id;
       return routed;
     }
+    event.id = routed.to->owner;
     std::lock_guard<std::mutex> lock(event.new_id->state_->mutex);
     event.new_id->state_->request = event.connection;
     return routed;
@@ -254,6 +260,7 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
     bump(stats.unrouted);
     return routed;
   }
+  event.id = routed.to->owner;
   switch (raw.event) {
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
       // Before the ack: until then rdma_destroy_id cannot free the id.
@@ -311,30 +318,15 @@ void CmChannelState::establish(CmIdState& state, rdma_cm_id* id, CmEvent& event)
   state.connect_error = true;
 }
 
-void CmChannelState::deliver(Routed routed) noexcept {
-  if (routed.to == nullptr) return;
-  if (!routed.to->executor) {
-    call(*routed.to, routed.event);
-    return;
-  }
-  auto task = [self = shared_from_this(), to = routed.to,
-               event = std::move(routed.event)]() mutable { self->call(*to, event); };
-  if (auto threw = exception_text([&] { routed.to->executor(std::move(task)); })) {
-    report(Failure::handler_threw("CM event executor", std::move(*threw)));
-  }
-}
-
 // The handler, unless its id was closed meanwhile (then it never runs again).
-void CmChannelState::call(CmIdState& to, CmEvent& event) noexcept {
-  if (!to.guard.try_enter()) return;
-  event.id = to.owner;
-  if (auto threw = exception_text([&] { to.handler(event); })) {
-    Failure failure = Failure::handler_threw("CM event handler", std::move(*threw));
-    failure.event_code = event.code;
-    failure.object = to.id.load();
-    report(std::move(failure));
-  }
-  to.guard.leave();
+void CmChannelState::deliver(const Routed& routed) noexcept {
+  if (routed.to == nullptr) return;
+  call(routed.to->subscriber, routed.event, "CM event handler",
+       [self = shared_from_this(), to = routed.to](Failure failure, const CmEvent& event) {
+         failure.event_code = event.code;
+         failure.object = to->id.load();
+         self->report(std::move(failure));
+       });
 }
 
 }  // namespace detail
@@ -553,17 +545,18 @@ void CmId::close() noexcept {
     // Another close() runs. From inside this id's handler, return (that one
     // waits for this call to end, unless it is this call); from anywhere
     // else, wait for it to finish and for the handler, as it does.
-    if (state_->guard.running_here()) return;
+    detail::CallGuard& guard = state_->subscriber->guard;
+    if (guard.running_here()) return;
     std::unique_lock<std::mutex> lock(close_mutex_);
     closed_changed_.wait(lock, [this] { return closed_; });
     lock.unlock();
-    state_->guard.wait_idle();
+    guard.wait_idle();
     return;
   }
   rdma_cm_id* id = get();
   channel_->state_->remove(id);  // an event read from now on is not routed
-  state_->guard.close();
-  state_->guard.wait_idle();
+  state_->subscriber->guard.close();
+  state_->subscriber->guard.wait_idle();
   {
     std::lock_guard<std::mutex> calls(channel_->state_->calls);
     state_->id.store(nullptr);

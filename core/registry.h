@@ -2,7 +2,7 @@
 //
 // The userspace counterpart of two kernel mechanisms: the `event_handler`
 // given to ib_create_cq/qp/srq/wq (here: attach(), one or more handlers per
-// object, keyed by its ibv_* address), and a device's `event_handler_list`
+// object, keyed by its ibv_* address or by its number on its device), and a device's `event_handler_list`
 // fed by ib_register_event_handler (here: listen(), in registration order).
 // Routing follows the kernel: an object event (CQ, QP, SRQ, WQ) reaches only
 // that object's handlers; a port or device event reaches every matching
@@ -44,13 +44,15 @@
 #include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/route.h>
 
 namespace ibev {
 
 using Handler = std::function<void(const Event&)>;
 
 namespace detail {
-struct Subscriber;
+// An object's handler, a device listener or an unclaimed observer.
+using EventSubscriber = Subscriber<Event, EventFilter>;
 struct DeviceState;
 struct RegistryState;
 }  // namespace detail
@@ -70,12 +72,8 @@ class Delivery {
   explicit Delivery(const Event& event) noexcept;
 
   Event event_;
-  // The object's handlers as resolved: one without a list (by far the common
-  // case, one allocation touched), or several.
-  std::shared_ptr<detail::Subscriber> only_;
-  std::shared_ptr<const std::vector<std::shared_ptr<detail::Subscriber>>> several_;
-  std::shared_ptr<detail::DeviceState> device_;
-  std::uint64_t listener_epoch_ = 0;
+  detail::Snapshot<detail::EventSubscriber> who_;  // the object's handlers, or the listeners
+  std::shared_ptr<detail::DeviceState> device_;    // its counters
 };
 
 struct EventCounts {
@@ -131,6 +129,15 @@ class Registry {
   Handle attach(ibv_srq* srq, EventFilter filter, Handler handler,
                 Executor executor = {});
   Handle attach(ibv_wq* wq, EventFilter filter, Handler handler, Executor executor = {});
+  // An object named by its number on `device` (core/event.h's ObjectNumber):
+  // it hears the events that name it so (Event::object_number()), which a
+  // source with no ibv_* address for the object makes; events that name the
+  // object by address reach the handlers attached by address. A QueuePair
+  // made with a handler is attached both ways. Throws std::invalid_argument
+  // for a null device, a kind that is not an object's, an empty handler, or a
+  // filter naming another kind's events or a port.
+  Handle attach(ibv_context* device, ObjectNumber object, EventFilter filter, Handler handler,
+                Executor executor = {});
 
   // A device-wide listener, as ib_register_event_handler: every port and
   // device event of `device` (unknown codes included), or those `filter`
@@ -168,6 +175,8 @@ class Registry {
  private:
   Handle attach_object(const char* verb, const void* object, ElementKind kind,
                        EventFilter filter, Handler handler, Executor executor);
+  static void require_object_filter(const char* verb, ElementKind kind,
+                                    const EventFilter& filter);
 
   std::shared_ptr<detail::RegistryState> state_;
 };

@@ -87,9 +87,7 @@ class AsyncEventSource final : public Source {
 
   // The tracker saw the device's uverbs node go: it is being removed.
   void removed() noexcept {
-    if (!guard().try_enter()) return;  // released meanwhile
-    lose_device(DeviceLoss::kRemoved);
-    guard().leave();
+    if (const auto entered = guard().enter()) lose_device(DeviceLoss::kRemoved);
   }
 
  private:

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include <ibev/core/happens_before.h>
+#include <ibev/core/route.h>
 #include "reactor.h"
 #include "sources.h"
 #include <ibev/dispatch/test_seams.h>
@@ -180,20 +181,20 @@ class CqEntry {
       for (const auto& [taker, wc] : taken) call_taker(*taker, wc);
       return;
     }
-    try {
-      options_.executor([self = self_.lock(), copy = std::vector<ibv_wc>(wcs, wcs + n),
-                         taken = std::move(taken)]() noexcept {
-        if (!self->guard_.try_enter()) return;  // released meanwhile
-        if (!copy.empty()) {
-          self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
-        }
-        for (const auto& [taker, wc] : taken) self->call_taker(*taker, wc);
-        self->guard_.leave();
-      });
-    } catch (const std::exception& e) {
-      report(Failure::handler_threw(
-          "executor", std::string("the executor refused a completion batch: ") + e.what()));
-    }
+    hand_to(
+        options_.executor,
+        [&] {
+          return [self = self_.lock(), copy = std::vector<ibv_wc>(wcs, wcs + n),
+                  taken = std::move(taken)]() noexcept {
+            const auto entered = self->guard_.enter();
+            if (!entered) return;  // released meanwhile
+            if (!copy.empty()) {
+              self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
+            }
+            for (const auto& [taker, wc] : taken) self->call_taker(*taker, wc);
+          };
+        },
+        "a completion batch", [this](Failure failure) { report(std::move(failure)); });
   }
 
  public:
@@ -269,19 +270,14 @@ class CqEntry {
   }
 
   void call_taker(Taker& taker, const ibv_wc& wc) noexcept {
-    if (!taker.guard.try_enter()) return;  // released meanwhile
-    if (auto threw = exception_text([&] { taker.taken(wc); })) {
-      report(Failure::handler_threw("ibev's own completion", std::move(*threw)));
-    }
-    taker.guard.leave();
+    guarded_call(taker.guard, "ibev's own completion", [&] { taker.taken(wc); },
+                 [this](Failure failure) { report(std::move(failure)); });
   }
 
   void yield() noexcept {
     bump(stats_.yields);
     reactor_.defer([self = self_.lock()] {
-      if (!self->guard_.try_enter()) return;  // released meanwhile
-      self->serve_turn(0, false);
-      self->guard_.leave();
+      if (const auto entered = self->guard_.enter()) self->serve_turn(0, false);
     });
   }
 
@@ -389,17 +385,18 @@ class ChannelSource final : public Source {
       only_cq = cqs.only();
     }
     std::uint64_t drained_early = 0;
-    if (only_cq && only_cq->guard().try_enter()) {
-      drained_early = only_cq->drain(only_cq->options().budget);
-      only_cq->guard().leave();
+    if (only_cq) {
+      if (const auto entered = only_cq->guard().enter()) {
+        drained_early = only_cq->drain(only_cq->options().budget);
+      }
     }
     for (unsigned i = 0; i < events_to_read && !guard().closed(); ++i) {
       if (test_seams::before_source_read != nullptr) test_seams::before_source_read(fd());
       std::shared_ptr<CqEntry> entry = take_event();
       if (!entry) return;
-      if (!entry->guard().try_enter()) continue;
-      entry->serve_turn(entry == only_cq ? std::exchange(drained_early, 0) : 0, true);
-      entry->guard().leave();
+      if (const auto entered = entry->guard().enter()) {
+        entry->serve_turn(entry == only_cq ? std::exchange(drained_early, 0) : 0, true);
+      }
     }
   }
 

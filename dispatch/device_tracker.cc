@@ -14,8 +14,8 @@
 // The known set is kept whatever the kind, and a rescan reconciles it when
 // the kernel's messages may have been lost (ENOBUFS, a folder just watched).
 //
-// Locking: the known set is the dispatching thread's; the two callback lists
-// have their own (core/callback_list.h).
+// Locking: the known set is the dispatching thread's; the two subscriber
+// lists lock themselves (core/subscriber_lists.h), never across a call.
 #include "device_tracker.h"
 
 #include <dirent.h>
@@ -28,6 +28,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -278,16 +279,16 @@ void DeviceTracker::rescan() noexcept {
 void DeviceTracker::apply(DeviceChange change, const std::string& node) noexcept {
   auto reactor = reactor_.lock();
   if (!reactor) return;
-  const FailureSink report = [&reactor](const Failure& failure) { reactor->report(failure); };
+  const auto report = [&reactor](const Failure& failure, const auto&) {
+    reactor->report(failure);
+  };
   try {
     if (change == DeviceChange::kAdded) {
       if (present_.count(node) != 0) return;  // said already (inotify, then a rescan)
       const std::set<std::string> before = present_;
       present_.insert(node);
-      watchers_.call_each(
-          decltype(watchers_)::Order::kRegistration,
-          [&](const Notice& notice) { notice(before, std::make_pair(change, node)); }, report,
-          "device watcher");
+      watchers_.snapshot().deliver(Notice{before, std::make_pair(change, node)},
+                                   "device watcher", report);
       return;
     }
     if (present_.count(node) == 0) return;
@@ -295,23 +296,19 @@ void DeviceTracker::apply(DeviceChange change, const std::string& node) noexcept
     present_.erase(node);
     // The devices first (their listeners hear DEVICE_FATAL and the Device
     // closes), then the watchers (device clients' remove).
-    losses_.call_each(
-        decltype(losses_)::Order::kRegistration,
-        [&](const std::function<void(const std::string&)>& lose) { lose(node); }, report,
-        "device loss");
-    watchers_.call_each(
-        decltype(watchers_)::Order::kRegistration,
-        [&](const Notice& notice) { notice(before, std::make_pair(change, node)); }, report,
-        "device watcher");
-  } catch (const std::exception& e) {  // a set's allocation
-    report(Failure::verb_failed("DeviceTracker", ENOMEM, e.what()));
+    losses_.snapshot().deliver(node, "device loss", report);
+    watchers_.snapshot().deliver(Notice{before, std::make_pair(change, node)},
+                                 "device watcher", report);
+  } catch (const std::bad_alloc& e) {  // a set's or a snapshot's allocation
+    reactor->report(Failure::verb_failed("DeviceTracker", ENOMEM, e.what()));
   }
 }
 
 Handle DeviceTracker::track(std::string node, std::function<void()> lose) {
-  return losses_.add([node = std::move(node), lose = std::move(lose)](const std::string& removed) {
-    if (removed == node) lose();
-  });
+  return losses_.add(std::make_shared<Loss>(
+      [node = std::move(node), lose = std::move(lose)](const std::string& removed) {
+        if (removed == node) lose();
+      }));
 }
 
 Handle DeviceTracker::watch(DeviceWatcher watcher) {
@@ -319,25 +316,22 @@ Handle DeviceTracker::watch(DeviceWatcher watcher) {
   // that it hears a consistent history however the registration races the
   // kernel. A posted empty round makes that first call come promptly.
   auto caught_up = std::make_shared<bool>(false);
-  Handle handle = watchers_.add(
-      [watcher = std::move(watcher), caught_up](
-          const std::set<std::string>& present,
-          const std::optional<std::pair<DeviceChange, std::string>>& change) {
+  Handle handle = watchers_.add(std::make_shared<Watcher>(
+      [watcher = std::move(watcher), caught_up](const Notice& notice) {
         if (!*caught_up) {
           *caught_up = true;
-          for (const std::string& node : present) watcher(DeviceChange::kAdded, node);
+          for (const std::string& node : notice.present) watcher(DeviceChange::kAdded, node);
         }
-        if (change) watcher(change->first, change->second);
-      });
+        if (notice.change) watcher(notice.change->first, notice.change->second);
+      }));
   if (auto reactor = reactor_.lock()) {
     reactor->post([weak = weak_from_this()] {
       auto self = weak.lock();
       auto reactor = self ? self->reactor_.lock() : nullptr;
       if (!reactor) return;
-      self->watchers_.call_each(
-          decltype(watchers_)::Order::kRegistration,
-          [&](const Notice& notice) { notice(self->present_, std::nullopt); },
-          [&reactor](const Failure& failure) { reactor->report(failure); }, "device watcher");
+      self->watchers_.snapshot().deliver(
+          Notice{self->present_, std::nullopt}, "device watcher",
+          [&reactor](const Failure& failure, const Notice&) { reactor->report(failure); });
     });
   }
   return handle;

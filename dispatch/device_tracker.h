@@ -18,8 +18,8 @@
 #include <set>
 #include <string>
 
-#include <ibev/core/callback_list.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/subscriber_lists.h>
 #include <ibev/dispatch/dispatcher.h>
 #include "reactor.h"
 
@@ -58,16 +58,21 @@ class DeviceTracker : public std::enable_shared_from_this<DeviceTracker> {
 
   // What watchers hear: the nodes present before a change, then the change
   // (none for a watcher's first call, which only catches it up).
-  using Notice = std::function<void(const std::set<std::string>& present,
-                                    const std::optional<std::pair<DeviceChange, std::string>>&)>;
+  struct Notice {
+    const std::set<std::string>& present;
+    std::optional<std::pair<DeviceChange, std::string>> change;
+  };
+  // A removal, for its device's async source: the removed node.
+  using Loss = Subscriber<std::string>;
+  using Watcher = Subscriber<Notice>;
 
   const std::weak_ptr<Reactor> reactor_;
   const DeviceMonitor kind_;
   std::unique_ptr<Private> fds_;
   Handle served_;
   std::set<std::string> present_;  // uverbs nodes
-  CallbackList<std::function<void(const std::string& node)>> losses_;
-  CallbackList<Notice> watchers_;
+  BroadcastList<Loss> losses_;
+  BroadcastList<Watcher> watchers_;
 };
 
 }  // namespace ibev::detail

@@ -23,7 +23,7 @@
 #include <system_error>
 #include <utility>
 
-#include <ibev/core/callback_list.h>
+#include <ibev/core/subscriber_lists.h>
 #include <ibev/core/failure.h>
 
 namespace ibev {
@@ -35,7 +35,7 @@ struct ClientCall {
   DeviceLoss loss;
 };
 
-using ClientList = detail::CallbackList<std::function<void(const ClientCall&)>>;
+using Client = detail::Subscriber<ClientCall>;
 
 }  // namespace
 
@@ -78,7 +78,7 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
       std::lock_guard<std::mutex> lock(mutex);
       devices.push_back(device);
     }
-    call_clients(ClientList::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
+    call_clients(detail::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
   }
 
   void look_again(const std::string& node, int attempt) {
@@ -109,22 +109,25 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
       devices.erase(std::remove(devices.begin(), devices.end(), device), devices.end());
     }
     if (closed.load()) return;
-    call_clients(ClientList::Order::kReverse, ClientCall{false, device, loss});
+    call_clients(detail::Order::kReverse, ClientCall{false, device, loss});
   }
 
   // A client registered now hears add for every device open.
   void catch_up() {
     for (const auto& device : snapshot()) {
       if (closed.load()) return;
-      call_clients(ClientList::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
+      call_clients(detail::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
     }
   }
 
-  void call_clients(ClientList::Order order, const ClientCall& call) {
-    clients.call_each(
-        order, [&](const std::function<void(const ClientCall&)>& client) { client(call); },
-        [this](const Failure& failure) { report(failure); },
-        call.add ? "device client's add" : "device client's remove");
+  void call_clients(detail::Order order, const ClientCall& call) {
+    clients.snapshot().deliver(
+        call, call.add ? "device client's add" : "device client's remove",
+        [this](Failure failure, const ClientCall& call) {
+          failure.device = call.device->context();
+          report(failure);
+        },
+        order);
   }
 
   std::vector<std::shared_ptr<Device>> snapshot() const {
@@ -137,7 +140,7 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
   std::map<std::string, Handle> retries;  // by node; dispatching thread only
   mutable std::mutex mutex;
   std::vector<std::shared_ptr<Device>> devices;  // open, in order of appearance
-  ClientList clients;
+  detail::BroadcastList<Client> clients;
 };
 
 DeviceClients::DeviceClients(Dispatcher& dispatcher)
@@ -164,8 +167,8 @@ Handle DeviceClients::register_client(DeviceClient client) {
                                 (client.name.empty() ? std::string() : " (" + client.name + ")"));
   }
   auto heard_add = std::make_shared<std::set<const Device*>>();
-  Handle handle = state_->clients.add([client = std::move(client), heard_add](
-                                          const ClientCall& call) {
+  Handle handle = state_->clients.add(std::make_shared<Client>([client = std::move(client),
+                                                               heard_add](const ClientCall& call) {
     std::optional<std::string> threw;
     if (call.add) {
       if (heard_add->count(call.device.get()) != 0) return;
@@ -175,7 +178,7 @@ Handle DeviceClients::register_client(DeviceClient client) {
       threw = exception_text([&] { client.remove(call.device, call.loss); });
     }
     if (threw) throw std::runtime_error(client.name + ": " + *threw);
-  });
+  }));
   state_->dispatcher.post([weak = std::weak_ptr<State>(state_)] {
     if (auto state = weak.lock()) state->catch_up();
   });

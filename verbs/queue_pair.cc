@@ -386,7 +386,14 @@ std::shared_ptr<QueuePair> QueuePair::create(std::shared_ptr<ProtectionDomain> p
   ibv_qp* qp = ibv_create_qp(pd->require_open("ibv_create_qp"), &init);
   if (qp == nullptr) throw_system_error("ibv_create_qp", errno);
   auto queue_pair = std::make_shared<QueuePair>(Token{}, pd, std::move(options), qp);
-  if (on_event) queue_pair->qp_.serve_with(device->registry().attach(qp, std::move(on_event)));
+  if (on_event) {
+    // By its number too: what names a QP without its address (a DevX
+    // event, an injected ObjectNumber) reaches the same handler.
+    Registry& registry = device->registry();
+    queue_pair->qp_.serve_with(registry.attach(
+        qp->context, ObjectNumber{ElementKind::kQp, qp->qp_num}, EventFilter{}, on_event));
+    queue_pair->qp_.serve_with(registry.attach(qp, std::move(on_event)));
+  }
   device->track(queue_pair);
   return queue_pair;
 }
@@ -470,15 +477,11 @@ void QueuePair::close() noexcept {
 void QueuePair::run_drain(const char* verb, detail::DrainedQueues queues,
                           const DrainOptions& options,
                           std::function<void(const DrainReport&, std::error_code)> done) {
-  struct Leave {
-    detail::CallGuard& guard;
-    ~Leave() { guard.leave(); }
-  };
   MarkerPoll rest;
   std::shared_ptr<Drains> drains;
   {
-    if (!drain_verbs_.try_enter()) detail::throw_closed(verb);
-    const Leave leave{drain_verbs_};
+    const auto entered = drain_verbs_.enter();
+    if (!entered) detail::throw_closed(verb);
     ibv_qp* qp = qp_.require(verb);
     drains = this->drains();
     rest = start_drain(qp, parents_, pd_->device()->dispatcher(), queues, options,
@@ -493,9 +496,8 @@ void QueuePair::run_drain(const char* verb, detail::DrainedQueues queues,
                          running.push_back(drain);
                        });
   }
-  if (!rest.drain || !drains->polls.try_enter()) return;  // nothing to poll, or cancelled
-  const Leave leave{drains->polls};
-  rest.run(options);
+  if (!rest.drain) return;  // nothing to poll
+  if (const auto entered = drains->polls.enter()) rest.run(options);  // else cancelled
 }
 
 std::uint32_t QueuePair::qp_num() const { return qp_.require("QueuePair::qp_num")->qp_num; }

@@ -208,6 +208,25 @@ BOOST_AUTO_TEST_CASE(accepts_the_element_the_type_carries) {
                  .element_kind() == ElementKind::kDevice);
 }
 
+// An object named by its number: its kind and number, no address, no port.
+BOOST_DATA_TEST_CASE(an_object_named_by_number_keeps_its_kind_and_number,
+                     bdata::make({IBV_EVENT_QP_FATAL, IBV_EVENT_SRQ_ERR, IBV_EVENT_CQ_ERR,
+                                  IBV_EVENT_WQ_FATAL}),
+                     code) {
+  const ElementKind kind = expected_kind(code);
+  const Event event =
+      Event::synthesize(fake_device(), code, ibev::ObjectNumber{kind, 0xABCDEFu});
+  BOOST_TEST(event.element_kind() == kind);
+  BOOST_REQUIRE(event.object_number().has_value());
+  BOOST_TEST((*event.object_number() == ibev::ObjectNumber{kind, 0xABCDEFu}));
+  BOOST_TEST(event.object() == nullptr);
+  BOOST_TEST(event.qp() == nullptr);
+  BOOST_TEST(!event.port().has_value());
+  BOOST_TEST(event.synthesized());
+  ibv_qp qp{};
+  BOOST_TEST(!Event::synthesize(fake_device(), IBV_EVENT_COMM_EST, &qp).object_number());
+}
+
 // An injected DEVICE_FATAL tests handlers; it must not end a device.
 BOOST_AUTO_TEST_CASE(only_device_lost_carries_a_loss) {
   const Event injected =
@@ -266,6 +285,23 @@ BOOST_AUTO_TEST_CASE(rejects_the_wrong_element) {
                                 ibev::OpaqueElement{1});
       },
       "give WholeDevice");
+  expect_invalid(
+      [&] {
+        (void)Event::synthesize(fake_device(), IBV_EVENT_QP_FATAL,
+                                ibev::ObjectNumber{ElementKind::kSrq, 7});
+      },
+      "IBV_EVENT_QP_FATAL carries a QP, not an SRQ");
+  expect_invalid(
+      [&] {
+        (void)Event::synthesize(fake_device(), IBV_EVENT_PORT_ERR,
+                                ibev::ObjectNumber{ElementKind::kPort, 1});
+      },
+      "an ObjectNumber names a CQ, QP, SRQ or WQ");
+  expect_invalid(
+      [&] {
+        (void)Event::synthesize(fake_device(), 77, ibev::ObjectNumber{ElementKind::kQp, 1});
+      },
+      "not a QP");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,12 +1,15 @@
 // The registry: per-type routing, resolve-then-deliver, the release rule,
 // failures, counters and bad input.
 #define BOOST_TEST_MODULE ibev_core_registry
+#include <unistd.h>
+
 #include <atomic>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -152,6 +155,34 @@ BOOST_DATA_TEST_CASE(event_nobody_takes_is_unclaimed_and_counted,
   BOOST_TEST(unclaimed == 1);
   BOOST_TEST(f.calls.empty());
   BOOST_TEST(f.registry.counters(&f.device_a).for_code(code).unclaimed == 1u);
+}
+
+// The open key: an object attached by its number on a device hears events
+// that name it by that number, and only those: not the same number on
+// another device, not another kind with the same number, not its address.
+BOOST_AUTO_TEST_CASE(an_object_attached_by_number_hears_events_naming_that_number) {
+  Fixture f;
+  const ibev::ObjectNumber qp17{ElementKind::kQp, 17};
+  std::vector<Handle> by_number;
+  by_number.push_back(f.registry.attach(&f.device_a, qp17, EventFilter{}, f.count("a-qp17")));
+  by_number.push_back(f.registry.attach(&f.device_a, qp17, EventFilter{IBV_EVENT_COMM_EST},
+                                        f.count("a-qp17-comm-est")));
+  by_number.push_back(f.registry.attach(&f.device_b, qp17, EventFilter{}, f.count("b-qp17")));
+  by_number.push_back(f.registry.attach(&f.device_a, ibev::ObjectNumber{ElementKind::kSrq, 17},
+                                        EventFilter{}, f.count("a-srq17")));
+
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 1u);
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_COMM_EST, qp17)) == 2u);
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_b, IBV_EVENT_QP_FATAL, qp17)) == 1u);
+  const std::map<std::string, int> expected{
+      {"a-qp17", 2}, {"a-qp17-comm-est", 1}, {"b-qp17", 1}};
+  BOOST_TEST(f.calls == expected);
+
+  // Released: the number is unclaimed again, and counted so.
+  by_number.clear();
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 0u);
+  BOOST_TEST(f.calls["unclaimed"] == 1);
+  BOOST_TEST(f.registry.counters(&f.device_a).for_code(IBV_EVENT_QP_FATAL).unclaimed == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(listeners_run_in_registration_order) {
@@ -583,6 +614,21 @@ BOOST_AUTO_TEST_CASE(null_objects_and_handlers) {
   raw.element.port_num = 1;
   expect_invalid([&] { (void)registry.resolve(Event::from_async(nullptr, raw)); },
                  "names no device");
+  expect_invalid(
+      [&] { (void)registry.attach(nullptr, ibev::ObjectNumber{ElementKind::kQp, 1}, {}, noop); },
+      "the device is null");
+  expect_invalid(
+      [&] { (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kPort, 1}, {}, noop); },
+      "is not an object with a number");
+  expect_invalid(
+      [&] { (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kQp, 1}, {}, {}); },
+      "the handler is empty");
+  expect_invalid(
+      [&] {
+        (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kQp, 1},
+                              EventFilter{IBV_EVENT_SRQ_ERR}, noop);
+      },
+      "never reaches a qp handler");
 }
 
 // Keys pack an object's kind into its address's low bits (rdma-core objects
@@ -707,6 +753,55 @@ BOOST_AUTO_TEST_CASE(a_throw_on_the_executor_reaches_the_sink) {
   BOOST_REQUIRE(seen.size() == 1u);
   BOOST_TEST(seen[0].what == "late");
   BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_PORT_ERR).handler_failures == 1u);
+}
+
+// An executor that refuses the task, whatever it throws, is reported with the
+// event's device and code; the event counts as unclaimed, and nothing
+// terminates the process (a throw not derived from std::exception did).
+BOOST_AUTO_TEST_CASE(an_executor_that_refuses_is_reported_whatever_it_throws) {
+  std::vector<ibev::Failure> seen;
+  Registry registry([&](const ibev::Failure& f) { seen.push_back(f); });
+  ibv_context device{};
+  ibv_qp qp{};
+  Handle handler = registry.attach(
+      &qp, EventFilter{}, [](const Event&) {}, [](ibev::Task) { throw 42; });
+  BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp)) == 0u);
+  BOOST_REQUIRE(seen.size() == 1u);
+  BOOST_TEST(seen[0].verb == "executor");
+  BOOST_TEST(seen[0].what.find("not derived from std::exception") != std::string::npos);
+  BOOST_TEST(seen[0].device == &device);
+  BOOST_TEST(seen[0].event_code.value_or(-1) == IBV_EVENT_QP_FATAL);
+  BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_QP_FATAL).unclaimed == 1u);
+}
+
+// A handler that throws on its executor after the Registry is gone is still
+// said (on stderr), never dropped, and touches nothing of the Registry.
+BOOST_AUTO_TEST_CASE(a_throw_on_the_executor_after_the_registry_is_gone_is_still_said) {
+  ManualExecutor executor;
+  ibv_context device{};
+  Handle listener;
+  {
+    Registry registry([](const ibev::Failure&) { BOOST_ERROR("the sink is gone"); });
+    listener = registry.listen(
+        &device, EventFilter{}, [](const Event&) { throw std::runtime_error("orphaned"); },
+        executor.executor());
+    registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
+  }
+  std::FILE* const said = std::tmpfile();
+  BOOST_REQUIRE(said != nullptr);
+  std::fflush(stderr);
+  const int saved = ::dup(STDERR_FILENO);
+  ::dup2(::fileno(said), STDERR_FILENO);
+  executor.run_all();
+  std::fflush(stderr);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  std::rewind(said);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), said));
+  std::fclose(said);
+  BOOST_TEST(text.find("handler threw: event handler") != std::string::npos, text);
+  BOOST_TEST(text.find("orphaned") != std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

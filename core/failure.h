@@ -75,6 +75,11 @@ std::optional<std::string> exception_text(Call&& call) noexcept {
   }
 }
 
+// The errno an exception stands for, for a Failure's `error`: ENOMEM for
+// std::bad_alloc, the code of a std::system_error, EINVAL for a
+// std::logic_error (std::invalid_argument among them), EIO for the rest.
+int errno_of(const std::exception& e) noexcept;
+
 // Throws std::system_error(error, generic_category(), verb). rdma-core
 // sometimes returns a negative errno, or fails without setting errno: those
 // become the positive value and EIO.

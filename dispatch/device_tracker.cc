@@ -263,7 +263,7 @@ void DeviceTracker::rescan() noexcept {
   std::set<std::string> now;
   try {
     now = nodes_present();
-  } catch (const std::exception&) {
+  } catch (const std::bad_alloc&) {  // its only way to fail
     report_verb("DeviceTracker::rescan", ENOMEM);
     return;
   }

@@ -1,3 +1,11 @@
+// Locking: `close_mutex_` makes one close() at a time and is taken first;
+// under it, `objects_mutex_` only to swap the list of objects out, never
+// across an object's close(). `ports_mutex_` is a leaf (the port cache).
+// close() runs each object's close() under `close_mutex_`, and that waits
+// for the object's handlers still running on other threads (an executor's):
+// such a handler must not call close() on this Device, or the two wait for
+// each other. From the dispatching thread, and from a handler inline on it,
+// close() is safe (a release does not wait for its own thread).
 #include <ibev/verbs/device.h>
 
 #include <unistd.h>

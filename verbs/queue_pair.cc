@@ -1,3 +1,11 @@
+// Locking: Drain::mutex_ (one drain's progress) and Drains::mutex (the drains
+// of one QP) are leaves: neither is held across `done`, a handle's release
+// or a verb. The two call guards order the rest: drain_verbs_ is held (as a
+// call) while a drain posts its markers and registers, Drains::polls while it
+// polls kPolled CQs for them; close() closes both and waits for each, holding
+// no lock, and a drain that finds `closing` set under Drains::mutex is
+// refused. So close() racing drain() either waits for the drain's verbs or
+// refuses the drain, and never frees the QP under it.
 #include <ibev/verbs/queue_pair.h>
 
 #include <ibev/core/happens_before.h>
@@ -51,7 +59,10 @@ using DrainDone = std::function<void(const DrainReport&, std::error_code)>;
 // timer has fired, so that no marker ever reaches the application.
 class Drain {
  public:
-  explicit Drain(DrainDone done) : done_(std::move(done)) {}
+  // What `done` throws goes to `failures` (the Dispatcher's Registry: its
+  // sink and counters), for `qp`; to stderr once that is gone.
+  Drain(DrainDone done, std::weak_ptr<Registry> failures, ibv_qp* qp)
+      : done_(std::move(done)), failures_(std::move(failures)), qp_(qp) {}
 
   void expect(int count) { waiting_ += count; }
   // Kept until the drain is over; released at once if it already is.
@@ -120,7 +131,14 @@ class Drain {
       answered_ = true;
     }
     if (auto threw = exception_text([&] { done_(report_, error); })) {
-      send_to({}, Failure::handler_threw("drain's done", std::move(*threw)));
+      Failure failure = Failure::handler_threw("drain's done", std::move(*threw));
+      failure.device = qp_->context;
+      failure.object = qp_;
+      if (const std::shared_ptr<Registry> registry = failures_.lock()) {
+        registry->report(failure);
+      } else {
+        send_to({}, failure);
+      }
     }
   }
 
@@ -130,6 +148,8 @@ class Drain {
   bool over_ = false;
   DrainReport report_;
   DrainDone done_;
+  const std::weak_ptr<Registry> failures_;
+  ibv_qp* const qp_;  // for the failure record only
   std::vector<Handle> handles_;
 };
 
@@ -219,7 +239,7 @@ MarkerPoll start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& 
     throw std::invalid_argument("QueuePair::drain: a kPolled CQ needs DrainOptions::polled");
   }
 
-  auto drain = std::make_shared<Drain>(std::move(done));
+  auto drain = std::make_shared<Drain>(std::move(done), events.shared_registry(), qp);
   // Unique while it runs (the Drain's address, aligned: +1 is still its).
   const auto send_marker = reinterpret_cast<std::uint64_t>(drain.get());
   const auto receive_marker = send_marker + 1;

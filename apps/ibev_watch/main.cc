@@ -9,6 +9,13 @@
 // at once. SIGINT or SIGTERM ends it: events already queued are printed,
 // then the counts (--count), then it exits 0. Options and exit codes follow
 // rdma-core's ibv_* tools: getopt_long, usage errors exit 1.
+//
+// Locking: Printer's mutex is a leaf (one line at a time). Watch's mutex
+// guards its listeners and counts; it is held across a listener's release
+// and the Registry's counters (which take the Registry's own locks, never
+// this one), and never while a handler or a client runs: add() subscribes
+// before taking it, and remove() runs on the dispatching thread, where a
+// listener's release does not wait.
 #include <getopt.h>
 #include <signal.h>
 #include <unistd.h>

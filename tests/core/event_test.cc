@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <ibev/core/event.h>
+#include "tests/support/testing.h"
 
 namespace bdata = boost::unit_test::data;
 using ibev::ElementKind;
@@ -240,16 +241,8 @@ BOOST_AUTO_TEST_CASE(only_device_lost_carries_a_loss) {
   BOOST_TEST(ibev::to_string(ibev::DeviceLoss::kAsyncFdFailed) == "async fd failed");
 }
 
-void expect_invalid(const std::function<void()>& call,
-                    const std::string& fragment) {
-  try {
-    call();
-    BOOST_ERROR("expected std::invalid_argument mentioning " + fragment);
-  } catch (const std::invalid_argument& e) {
-    BOOST_TEST(std::string(e.what()).find(fragment) != std::string::npos,
-               "'" << e.what() << "' should mention '" << fragment << "'");
-  }
-}
+// The exception every bad input of these calls throws.
+const auto& expect_invalid = ibev::testing::expect_throw<std::invalid_argument>;
 
 BOOST_AUTO_TEST_CASE(rejects_the_wrong_element) {
   ibv_cq cq{};

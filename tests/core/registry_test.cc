@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -12,13 +13,16 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <new>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include <ibev/core/registry.h>
+#include "tests/support/testing.h"
 
 namespace bdata = boost::unit_test::data;
 using ibev::Handle;
@@ -91,16 +95,8 @@ struct Fixture {
   }
 };
 
-void expect_invalid(const std::function<void()>& call,
-                    const std::string& fragment) {
-  try {
-    call();
-    BOOST_ERROR("expected std::invalid_argument mentioning " + fragment);
-  } catch (const std::invalid_argument& e) {
-    BOOST_TEST(std::string(e.what()).find(fragment) != std::string::npos,
-               "'" << e.what() << "' should mention '" << fragment << "'");
-  }
-}
+// The exception every bad input of these calls throws.
+const auto& expect_invalid = ibev::testing::expect_throw<std::invalid_argument>;
 
 }  // namespace
 
@@ -547,6 +543,17 @@ BOOST_AUTO_TEST_CASE(throwing_object_handler_is_counted_even_when_the_sink_throw
 }
 
 // One record for every kind of failure: what a verb's failure carries.
+// The errno a Failure carries for an exception caught where nobody can catch
+// it (a resolve in the dispatching loop): not ENOMEM for everything.
+BOOST_AUTO_TEST_CASE(an_exception_s_errno_says_what_it_was) {
+  BOOST_TEST(ibev::errno_of(std::bad_alloc()) == ENOMEM);
+  BOOST_TEST(ibev::errno_of(std::system_error(EBUSY, std::generic_category(), "x")) == EBUSY);
+  BOOST_TEST(ibev::errno_of(std::system_error(0, std::generic_category(), "x")) == EIO);
+  BOOST_TEST(ibev::errno_of(std::invalid_argument("x")) == EINVAL);
+  BOOST_TEST(ibev::errno_of(std::out_of_range("x")) == EINVAL);
+  BOOST_TEST(ibev::errno_of(std::runtime_error("x")) == EIO);
+}
+
 BOOST_AUTO_TEST_CASE(reported_failures_reach_the_sink_with_errno_and_are_counted) {
   std::vector<ibev::Failure> seen;
   Registry registry([&](const ibev::Failure& f) { seen.push_back(f); });

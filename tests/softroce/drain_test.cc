@@ -342,6 +342,24 @@ BOOST_AUTO_TEST_CASE(a_drain_failing_in_its_verbs_throws_and_never_calls_done) {
   BOOST_TEST(env.errors().empty(), env.failures.summary());
 }
 
+// What `done` throws is a Failure like any handler's: to the Dispatcher's
+// sink, counted for the device (it went to stderr, past both).
+BOOST_AUTO_TEST_CASE(a_throwing_done_reaches_the_failure_sink_and_is_counted) {
+  Env env(test_device());
+  Heard seen;
+  Pair pair(env, CompletionMode::kPolled, seen.handler());
+  DrainOptions options;
+  options.polled = seen.handler();
+  pair.a->drain_async(options, [](const DrainReport&, std::error_code) {
+    throw std::runtime_error("done broke");
+  });
+  const auto errors = env.errors();
+  BOOST_REQUIRE_EQUAL(errors.size(), 1u);
+  BOOST_TEST(errors[0].find("drain's done") != std::string::npos, errors[0]);
+  BOOST_TEST(errors[0].find("done broke") != std::string::npos, errors[0]);
+  BOOST_TEST(env.registry.counters(env.device->context()).failures() == 1u);
+}
+
 // `done` may drop the last reference to its QP, also when it runs on the
 // draining thread (a kPolled CQ, which the drain polls itself): the drain
 // used to touch the freed QueuePair after it (ASan: heap-use-after-free).

@@ -8,4 +8,9 @@ std::size_t bucket_of(int code) noexcept {
              : static_cast<std::size_t>(CounterSnapshot::kTrackedCodes);
 }
 
+std::uint64_t next_generation() noexcept {
+  static std::atomic<std::uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 }  // namespace ibev::detail

@@ -20,9 +20,15 @@ struct AtomicEventCounts {
 };
 
 std::size_t bucket_of(int code) noexcept;
+std::uint64_t next_generation() noexcept;
 
 struct DeviceState {
   AtomicEventCounts& counts_for(int code) noexcept { return counts[bucket_of(code)]; }
+
+  // This state's number, never 0 nor reused: the device in the keys of
+  // objects named by number (NumberKey), so that a device opened later at a
+  // forgotten one's address never reaches the old one's handlers.
+  const std::uint64_t generation = next_generation();
 
   BroadcastList<EventSubscriber> listeners;
   std::array<AtomicEventCounts, CounterSnapshot::kTrackedCodes + 1> counts;

@@ -54,7 +54,9 @@ struct WholeDevice {
   friend bool operator==(WholeDevice, WholeDevice) { return true; }
 };
 
-// The element of an event whose code ibev does not know; kept bit for bit.
+// The element of an event whose code ibev does not know, kept bit for bit;
+// and of an event that names its object by number (Event::object_number()
+// tells the two apart), holding the number.
 struct OpaqueElement {
   std::uint64_t bits;
   friend bool operator==(OpaqueElement a, OpaqueElement b) {
@@ -78,6 +80,8 @@ using Element = std::variant<ibv_cq*, ibv_qp*, ibv_srq*, ibv_wq*, Port,
                              WholeDevice, OpaqueElement>;
 
 // The kind of element `element` holds (kDevice for WholeDevice and Opaque).
+// For an event's kind use Event::element_kind(): an event that names its
+// object by number holds OpaqueElement, and is of its object's kind.
 ElementKind kind_of(const Element& element) noexcept;
 
 class Event {
@@ -139,9 +143,9 @@ class Event {
       : device_(device),
         code_(code),
         element_(element),
-        kind_(kind_of(element)),
         synthesized_(synthesized),
-        loss_(loss) {}
+        loss_(loss),
+        kind_(kind_of(element)) {}
 
   template <typename T>
   T get() const noexcept {
@@ -152,10 +156,11 @@ class Event {
   ibv_context* device_;
   int code_;
   Element element_;
-  ElementKind kind_;      // of element_, or of the numbered object
-  bool numbered_ = false;  // element_ is OpaqueElement{the object's number}
   bool synthesized_;
   DeviceLoss loss_;
+  // After the members 0.7 had, which keep their offsets.
+  ElementKind kind_;       // of element_, or of the numbered object
+  bool numbered_ = false;  // element_ is OpaqueElement{the object's number}
 };
 
 }  // namespace ibev

@@ -68,7 +68,10 @@ void send_to(const FailureSink& sink, const Failure& failure) noexcept {
 int errno_of(const std::exception& e) noexcept {
   if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return ENOMEM;
   if (const auto* system = dynamic_cast<const std::system_error*>(&e)) {
-    return system->code().value() != 0 ? system->code().value() : EIO;
+    const std::error_code& code = system->code();
+    const bool an_errno =
+        code.category() == std::generic_category() || code.category() == std::system_category();
+    return an_errno && code.value() != 0 ? code.value() : EIO;
   }
   if (dynamic_cast<const std::logic_error*>(&e) != nullptr) return EINVAL;
   return EIO;

@@ -51,6 +51,10 @@ struct Failure {
 };
 
 std::string_view to_string(Failure::Kind kind) noexcept;
+
+// The `verb` of a CQ's completion handler that threw: counted apart
+// (CounterSnapshot::completion_handler_failures).
+inline constexpr std::string_view kCompletionHandler = "completion handler";
 // One line: "handler threw: CQ handler (CQ 0x...): <what>".
 std::string describe(const Failure& failure);
 

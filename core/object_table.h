@@ -55,25 +55,28 @@ static_assert(static_cast<std::uintptr_t>(ElementKind::kDevice) <= ObjectKey::kK
               "every kind fits in an aligned address's low bits");
 
 // An object named by its number on its device (a QP or SRQ number, a DevX
-// object's id), for what has no ibv_* address: the device's address and
-// (kind, number). Numbers are per device, so the device is part of the key.
+// object's id), for what has no ibv_* address: the device and (kind,
+// number). Numbers are per device, so the device is part of the key; not by
+// its address, which a device opened later may reuse with numbers starting
+// over, but by a number the registry gives each device it sees, never twice
+// (a forgotten device's keys then name nothing).
 class NumberKey {
  public:
   // The empty key: no object.
   constexpr NumberKey() noexcept = default;
-  NumberKey(const void* device, ElementKind kind, std::uint32_t number) noexcept
-      : device_(reinterpret_cast<std::uintptr_t>(device)),
-        id_((static_cast<std::uint64_t>(kind) << 32) | number) {}
+  // `device`: the registry's number for the device, never 0.
+  NumberKey(std::uint64_t device, ElementKind kind, std::uint32_t number) noexcept
+      : device_(device), id_((static_cast<std::uint64_t>(kind) << 32) | number) {}
 
   bool empty() const noexcept { return device_ == 0; }
   // What the tables hash: every bit of the number reaches the low bits.
-  std::uint64_t bits() const noexcept { return device_ ^ (id_ << 4); }
+  std::uint64_t bits() const noexcept { return (device_ << 40) ^ (id_ << 4); }
   friend bool operator==(const NumberKey& a, const NumberKey& b) noexcept {
     return a.device_ == b.device_ && a.id_ == b.id_;
   }
 
  private:
-  std::uintptr_t device_ = 0;
+  std::uint64_t device_ = 0;
   std::uint64_t id_ = 0;
 };
 

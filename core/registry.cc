@@ -54,15 +54,15 @@ struct RegistryState {
     if (failure.event_code) {
       state.counts_for(*failure.event_code)
           .handler_failures.fetch_add(1, std::memory_order_relaxed);
-    } else {
+    } else if (failure.verb == kCompletionHandler) {
       state.completion_handler_failures.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
   const FailureSink sink;
   std::atomic<bool> sink_detached{false};
-  KeyedLists<EventSubscriber> objects;                  // by address
-  KeyedLists<EventSubscriber, NumberKey> numbered;     // by number on a device
+  KeyedLists<EventSubscriber> by_address;
+  KeyedLists<EventSubscriber, NumberKey> by_number;  // on a device
   std::shared_mutex devices_mutex;
   std::unordered_map<ibv_context*, std::shared_ptr<DeviceState>> devices;
   BroadcastList<EventSubscriber> unclaimed;
@@ -180,7 +180,7 @@ Handle Registry::attach_object(const char* verb, const void* object, ElementKind
   }
   require_handler(verb, static_cast<bool>(handler));
   require_object_filter(verb, kind, filter);
-  return state_->objects.add(ObjectKey{object, kind},
+  return state_->by_address.add(ObjectKey{object, kind},
                              std::make_shared<detail::EventSubscriber>(
                                  std::move(handler), std::move(filter), std::move(executor)));
 }
@@ -198,7 +198,8 @@ Handle Registry::attach(ibv_context* device, ObjectNumber object, EventFilter fi
   }
   require_handler(verb, static_cast<bool>(handler));
   require_object_filter(verb, object.kind, filter);
-  return state_->numbered.add(detail::NumberKey{device, object.kind, object.number},
+  const std::uint64_t generation = state_->device(device)->generation;
+  return state_->by_number.add(detail::NumberKey{generation, object.kind, object.number},
                               std::make_shared<detail::EventSubscriber>(
                                   std::move(handler), std::move(filter), std::move(executor)));
 }
@@ -256,11 +257,11 @@ Delivery Registry::resolve(const Event& event) const {
   if (!is_object(event.element_kind())) {
     delivery.who_ = delivery.device_->listeners.snapshot();
   } else if (const auto number = event.object_number()) {
-    delivery.who_ =
-        state_->numbered.snapshot(detail::NumberKey{event.device(), number->kind, number->number});
+    delivery.who_ = state_->by_number.snapshot(
+        detail::NumberKey{delivery.device_->generation, number->kind, number->number});
   } else if (ObjectKey::representable(event.object())) {
     // (An address no rdma-core object can have, unaligned, has no handlers.)
-    delivery.who_ = state_->objects.snapshot({event.object(), event.element_kind()});
+    delivery.who_ = state_->by_address.snapshot({event.object(), event.element_kind()});
   }
   return delivery;
 }

@@ -2,8 +2,9 @@
 //
 // The userspace counterpart of two kernel mechanisms: the `event_handler`
 // given to ib_create_cq/qp/srq/wq (here: attach(), one or more handlers per
-// object, keyed by its ibv_* address or by its number on its device), and a device's `event_handler_list`
-// fed by ib_register_event_handler (here: listen(), in registration order).
+// object, keyed by its ibv_* address or by its number on its device), and a
+// device's `event_handler_list` fed by ib_register_event_handler (here:
+// listen(), in registration order).
 // Routing follows the kernel: an object event (CQ, QP, SRQ, WQ) reaches only
 // that object's handlers; a port or device event reaches every matching
 // listener of its device. An event nobody takes goes to the on_unclaimed()
@@ -166,10 +167,10 @@ class Registry {
 
   CounterSnapshot counters(ibv_context* device) const;
 
-  // `device` is closed: its listeners hear nothing more (their handles stay,
-  // inert) and its counters go, so that a device opened later at the same
-  // address (a re-added one) starts afresh. Events resolved before are still
-  // delivered.
+  // `device` is closed: its listeners and the handlers attached by number on
+  // it hear nothing more (their handles stay, inert) and its counters go, so
+  // that a device opened later at the same address (a re-added one) starts
+  // afresh. Events resolved before are still delivered.
   void forget(ibv_context* device) noexcept;
 
  private:

@@ -169,13 +169,15 @@ class Snapshot {
 // (bench/registry_bench's memory figure).
 template <typename Sub, typename Unlink>
 Handle subscription(std::shared_ptr<Sub> subscriber, Unlink unlink) {
-  return Handle([subscriber = std::move(subscriber), unlink = std::move(unlink)]() mutable noexcept {
+  return Handle([subscriber = std::move(subscriber),
+                 unlink = std::move(unlink)]() mutable noexcept {
     subscriber->guard.close();
     try {
       unlink(static_cast<const Sub*>(subscriber.get()));
     } catch (...) {
-      // Only allocation can fail there. The subscriber is closed already, so
-      // it will not run; the stale entry goes with the next change of the list.
+      // Only allocation can fail there (a KeyedLists copies the rest of a
+      // key's list). The subscriber is closed already, so it never runs; its
+      // entry, and its captures, stay until its key's list goes.
     }
     subscriber->guard.wait_idle();
   });

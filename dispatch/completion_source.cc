@@ -163,7 +163,7 @@ class CqEntry {
   void call_handler(const CompletionBatch& batch) noexcept {
     acquire_before_completion(cq_);  // what was written before the post
     if (auto threw = exception_text([&] { handler_(batch); })) {
-      report(Failure::handler_threw("completion handler", std::move(*threw)));
+      report(Failure::handler_threw(std::string(kCompletionHandler), std::move(*threw)));
     }
   }
 

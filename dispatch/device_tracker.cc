@@ -263,8 +263,8 @@ void DeviceTracker::rescan() noexcept {
   std::set<std::string> now;
   try {
     now = nodes_present();
-  } catch (const std::bad_alloc&) {  // its only way to fail
-    report_verb("DeviceTracker::rescan", ENOMEM);
+  } catch (const std::exception& e) {  // an allocation: its only way to fail
+    report_verb("DeviceTracker::rescan", errno_of(e));
     return;
   }
   const std::set<std::string> known = present_;
@@ -279,28 +279,28 @@ void DeviceTracker::rescan() noexcept {
 void DeviceTracker::apply(DeviceChange change, const std::string& node) noexcept {
   auto reactor = reactor_.lock();
   if (!reactor) return;
-  const auto report = [&reactor](const Failure& failure, const auto&) {
+  const auto report = [reactor](const Failure& failure, const auto&) {
     reactor->report(failure);
   };
   try {
     if (change == DeviceChange::kAdded) {
       if (present_.count(node) != 0) return;  // said already (inotify, then a rescan)
-      const std::set<std::string> before = present_;
+      auto before = std::make_shared<const std::set<std::string>>(present_);
       present_.insert(node);
-      watchers_.snapshot().deliver(Notice{before, std::make_pair(change, node)},
+      watchers_.snapshot().deliver(Notice{std::move(before), std::make_pair(change, node)},
                                    "device watcher", report);
       return;
     }
     if (present_.count(node) == 0) return;
-    const std::set<std::string> before = present_;
+    auto before = std::make_shared<const std::set<std::string>>(present_);
     present_.erase(node);
     // The devices first (their listeners hear DEVICE_FATAL and the Device
     // closes), then the watchers (device clients' remove).
     losses_.snapshot().deliver(node, "device loss", report);
-    watchers_.snapshot().deliver(Notice{before, std::make_pair(change, node)},
+    watchers_.snapshot().deliver(Notice{std::move(before), std::make_pair(change, node)},
                                  "device watcher", report);
-  } catch (const std::bad_alloc& e) {  // a set's or a snapshot's allocation
-    reactor->report(Failure::verb_failed("DeviceTracker", ENOMEM, e.what()));
+  } catch (const std::exception& e) {  // a set's or a snapshot's allocation
+    reactor->report(Failure::verb_failed("DeviceTracker", errno_of(e), e.what()));
   }
 }
 
@@ -320,7 +320,7 @@ Handle DeviceTracker::watch(DeviceWatcher watcher) {
       [watcher = std::move(watcher), caught_up](const Notice& notice) {
         if (!*caught_up) {
           *caught_up = true;
-          for (const std::string& node : notice.present) watcher(DeviceChange::kAdded, node);
+          for (const std::string& node : *notice.present) watcher(DeviceChange::kAdded, node);
         }
         if (notice.change) watcher(notice.change->first, notice.change->second);
       }));
@@ -330,8 +330,9 @@ Handle DeviceTracker::watch(DeviceWatcher watcher) {
       auto reactor = self ? self->reactor_.lock() : nullptr;
       if (!reactor) return;
       self->watchers_.snapshot().deliver(
-          Notice{self->present_, std::nullopt}, "device watcher",
-          [&reactor](const Failure& failure, const Notice&) { reactor->report(failure); });
+          Notice{std::make_shared<const std::set<std::string>>(self->present_), std::nullopt},
+          "device watcher",
+          [reactor](const Failure& failure, const Notice&) { reactor->report(failure); });
     });
   }
   return handle;

@@ -58,8 +58,10 @@ class DeviceTracker : public std::enable_shared_from_this<DeviceTracker> {
 
   // What watchers hear: the nodes present before a change, then the change
   // (none for a watcher's first call, which only catches it up).
+  // Held by value: a subscriber's argument is copied into its executor's
+  // task.
   struct Notice {
-    const std::set<std::string>& present;
+    std::shared_ptr<const std::set<std::string>> present;
     std::optional<std::pair<DeviceChange, std::string>> change;
   };
   // A removal, for its device's async source: the removed node.

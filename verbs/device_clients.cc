@@ -29,9 +29,10 @@
 namespace ibev {
 namespace {
 
+// Held by value: a subscriber's argument is copied into its executor's task.
 struct ClientCall {
   bool add;  // else remove
-  const std::shared_ptr<Device>& device;
+  std::shared_ptr<Device> device;
   DeviceLoss loss;
 };
 

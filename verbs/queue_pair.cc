@@ -60,9 +60,10 @@ using DrainDone = std::function<void(const DrainReport&, std::error_code)>;
 class Drain {
  public:
   // What `done` throws goes to `failures` (the Dispatcher's Registry: its
-  // sink and counters), for `qp`; to stderr once that is gone.
+  // sink and counters), naming `qp`; to stderr once that is gone. `qp` is
+  // read now: `done` may destroy it.
   Drain(DrainDone done, std::weak_ptr<Registry> failures, ibv_qp* qp)
-      : done_(std::move(done)), failures_(std::move(failures)), qp_(qp) {}
+      : done_(std::move(done)), failures_(std::move(failures)), device_(qp->context), qp_(qp) {}
 
   void expect(int count) { waiting_ += count; }
   // Kept until the drain is over; released at once if it already is.
@@ -132,7 +133,7 @@ class Drain {
     }
     if (auto threw = exception_text([&] { done_(report_, error); })) {
       Failure failure = Failure::handler_threw("drain's done", std::move(*threw));
-      failure.device = qp_->context;
+      failure.device = device_;
       failure.object = qp_;
       if (const std::shared_ptr<Registry> registry = failures_.lock()) {
         registry->report(failure);
@@ -149,7 +150,8 @@ class Drain {
   DrainReport report_;
   DrainDone done_;
   const std::weak_ptr<Registry> failures_;
-  ibv_qp* const qp_;  // for the failure record only
+  ibv_context* const device_;  // for the failure record only: never dereferenced
+  const void* const qp_;       // likewise (`done` may have destroyed it)
   std::vector<Handle> handles_;
 };
 
@@ -408,11 +410,14 @@ std::shared_ptr<QueuePair> QueuePair::create(std::shared_ptr<ProtectionDomain> p
   auto queue_pair = std::make_shared<QueuePair>(Token{}, pd, std::move(options), qp);
   if (on_event) {
     // By its number too: what names a QP without its address (a DevX
-    // event, an injected ObjectNumber) reaches the same handler.
+    // event, an injected ObjectNumber) reaches the same handler, one object
+    // (a handler with state has one state).
     Registry& registry = device->registry();
+    const auto handler = std::make_shared<const Handler>(std::move(on_event));
+    const Handler calls_it = [handler](const Event& event) { (*handler)(event); };
     queue_pair->qp_.serve_with(registry.attach(
-        qp->context, ObjectNumber{ElementKind::kQp, qp->qp_num}, EventFilter{}, on_event));
-    queue_pair->qp_.serve_with(registry.attach(qp, std::move(on_event)));
+        qp->context, ObjectNumber{ElementKind::kQp, qp->qp_num}, EventFilter{}, calls_it));
+    queue_pair->qp_.serve_with(registry.attach(qp, calls_it));
   }
   device->track(queue_pair);
   return queue_pair;

@@ -5,6 +5,7 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,10 +68,15 @@ BOOST_AUTO_TEST_SUITE(classification)
 // lacks would be routed as unknown, so a newer rdma-core fails this test until
 // the table classifies its new code.
 BOOST_AUTO_TEST_CASE(table_covers_every_code_the_libibverbs_in_use_names) {
+  // Codes newer rdma-cores name that ibev keeps unclassified on purpose
+  // (core/event.h: 20, "Device link speed change", rdma-core 62).
+  const std::set<int> left_unclassified{20};
   for (int code = 0; code < 256; ++code) {
     const std::string name = ibv_event_type_str(static_cast<ibv_event_type>(code));
     const auto* info = ibev::find_event_type(code);
-    if (name == "unknown") {
+    if (left_unclassified.count(code) != 0) {
+      BOOST_TEST(info == nullptr, "code " << code << " is classified after all");
+    } else if (name == "unknown") {
       BOOST_TEST(info == nullptr, "ibev knows code " << code << ", libibverbs does not");
     } else {
       BOOST_TEST_REQUIRE(info != nullptr, "libibverbs names code " << code << " ("

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <map>
 #include <new>
 #include <mutex>
@@ -174,11 +175,31 @@ BOOST_AUTO_TEST_CASE(an_object_attached_by_number_hears_events_naming_that_numbe
       {"a-qp17", 2}, {"a-qp17-comm-est", 1}, {"b-qp17", 1}};
   BOOST_TEST(f.calls == expected);
 
+  // An event naming the QP by address reaches those attached by address only.
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, &f.qp1)) == 1u);
+  BOOST_TEST(f.calls["qp1"] == 1);
+  BOOST_TEST(f.calls["a-qp17"] == 2);
+
   // Released: the number is unclaimed again, and counted so.
   by_number.clear();
   BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 0u);
   BOOST_TEST(f.calls["unclaimed"] == 1);
   BOOST_TEST(f.registry.counters(&f.device_a).for_code(IBV_EVENT_QP_FATAL).unclaimed == 1u);
+}
+
+// A device forgotten (closed) and one opened later at its address (a re-added
+// device, whose QP numbers start over): the old device's number handlers
+// never hear the new one's events, though their handles are still held.
+BOOST_AUTO_TEST_CASE(a_forgotten_device_s_number_handlers_never_hear_its_successor) {
+  Fixture f;
+  const ibev::ObjectNumber qp17{ElementKind::kQp, 17};
+  Handle old_device_s = f.registry.attach(&f.device_a, qp17, EventFilter{}, f.count("old"));
+  f.registry.forget(&f.device_a);
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 0u);
+  Handle new_device_s = f.registry.attach(&f.device_a, qp17, EventFilter{}, f.count("new"));
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 1u);
+  BOOST_TEST(f.calls.count("old") == 0u);
+  BOOST_TEST(f.calls["new"] == 1);
 }
 
 BOOST_AUTO_TEST_CASE(listeners_run_in_registration_order) {
@@ -542,7 +563,6 @@ BOOST_AUTO_TEST_CASE(throwing_object_handler_is_counted_even_when_the_sink_throw
   BOOST_TEST(counters.failures() == 1u);
 }
 
-// One record for every kind of failure: what a verb's failure carries.
 // The errno a Failure carries for an exception caught where nobody can catch
 // it (a resolve in the dispatching loop): not ENOMEM for everything.
 BOOST_AUTO_TEST_CASE(an_exception_s_errno_says_what_it_was) {
@@ -552,7 +572,11 @@ BOOST_AUTO_TEST_CASE(an_exception_s_errno_says_what_it_was) {
   BOOST_TEST(ibev::errno_of(std::invalid_argument("x")) == EINVAL);
   BOOST_TEST(ibev::errno_of(std::out_of_range("x")) == EINVAL);
   BOOST_TEST(ibev::errno_of(std::runtime_error("x")) == EIO);
+  BOOST_TEST(ibev::errno_of(std::system_error(std::make_error_code(std::future_errc::no_state))) ==
+             EIO);
 }
+
+// One record for every kind of failure: what a verb's failure carries.
 
 BOOST_AUTO_TEST_CASE(reported_failures_reach_the_sink_with_errno_and_are_counted) {
   std::vector<ibev::Failure> seen;
@@ -563,14 +587,20 @@ BOOST_AUTO_TEST_CASE(reported_failures_reach_the_sink_with_errno_and_are_counted
   failure.device = &device;
   failure.object = &cq;
   registry.report(failure);
-  ibev::Failure threw = ibev::Failure::handler_threw("completion handler", "boom");
+  ibev::Failure threw =
+      ibev::Failure::handler_threw(std::string(ibev::kCompletionHandler), "boom");
   threw.device = &device;
   registry.report(threw);
-  BOOST_REQUIRE(seen.size() == 2u);
+  // Another handler with no event (a drain's done, a device client) is a
+  // failure of the device, not a completion handler's.
+  ibev::Failure other = ibev::Failure::handler_threw("drain's done", "boom");
+  other.device = &device;
+  registry.report(other);
+  BOOST_REQUIRE(seen.size() == 3u);
   BOOST_TEST(seen[0].error == std::error_code(EIO, std::generic_category()));
   BOOST_TEST(ibev::describe(seen[0]).find("ibv_poll_cq") != std::string::npos);
   const auto counters = registry.counters(&device);
-  BOOST_TEST(counters.failures() == 2u);
+  BOOST_TEST(counters.failures() == 3u);
   BOOST_TEST(counters.completion_handler_failures() == 1u);
   BOOST_TEST(counters.total().handler_failures == 0u);
 }

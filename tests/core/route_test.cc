@@ -37,8 +37,8 @@ using Seen = std::vector<int>*;
 using Sub = ibev::detail::Subscriber<Seen>;
 
 std::shared_ptr<Sub> writes(int i, ibev::Executor executor = {}) {
-  return std::make_shared<Sub>([i](const Seen& seen) { seen->push_back(i); }, ibev::detail::AnyArg{},
-                               std::move(executor));
+  return std::make_shared<Sub>([i](const Seen& seen) { seen->push_back(i); },
+                               ibev::detail::AnyArg{}, std::move(executor));
 }
 
 // Delivers, collecting failures as "what ran: what".

@@ -227,6 +227,12 @@ Handle Registry::listen(ibv_context* device, Handler handler) {
 
 Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler,
                         Executor executor) {
+  return listen(device, std::move(filter), std::move(handler), std::move(executor),
+                detail::Tier::kNormal);
+}
+
+Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler,
+                        Executor executor, detail::Tier tier) {
   if (device == nullptr) {
     throw std::invalid_argument("Registry::listen: the device is null");
   }
@@ -239,8 +245,10 @@ Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler
           " event; it reaches only that object's handlers (attach one)");
     }
   }
-  return state_->device(device)->listeners.add(std::make_shared<detail::EventSubscriber>(
-      std::move(handler), std::move(filter), std::move(executor)));
+  return state_->device(device)->listeners.add(
+      std::make_shared<detail::EventSubscriber>(std::move(handler), std::move(filter),
+                                                std::move(executor)),
+      tier);
 }
 
 Handle Registry::on_unclaimed(Handler observer) {

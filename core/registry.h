@@ -147,6 +147,10 @@ class Registry {
   Handle listen(ibv_context* device, Handler handler);
   Handle listen(ibv_context* device, EventFilter filter, Handler handler,
                 Executor executor = {});
+  // For ibev's own listeners (detail::Tier is not API): one that runs before
+  // or after every listener of the normal tier.
+  Handle listen(ibv_context* device, EventFilter filter, Handler handler, Executor executor,
+                detail::Tier tier);
 
   // Events no handler took. Runs on the delivering thread, like handlers.
   Handle on_unclaimed(Handler observer);

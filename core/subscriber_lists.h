@@ -35,10 +35,6 @@
 
 namespace ibev::detail {
 
-// Where a subscription sits in a BroadcastList, before registration order:
-// ibev's own subscribers that must run before or after the application's.
-enum class Tier : int { kFirst = -1, kNormal = 0, kLast = 1 };
-
 template <typename Sub>
 class BroadcastList {
  public:

@@ -42,19 +42,20 @@ class DeviceTracker : public std::enable_shared_from_this<DeviceTracker> {
   // See Dispatcher::watch_devices.
   Handle watch(DeviceWatcher watcher);
 
-  struct Private;  // the kinds' fds, in device_tracker.cc
-  // For start() (make_shared): only device_tracker.cc can make a Private.
+  class Monitor;  // one way of noticing, serving itself: device_tracker.cc
+  // For start() (make_shared): only device_tracker.cc can make a Monitor.
   DeviceTracker(std::shared_ptr<Reactor> reactor, DeviceMonitor kind,
-                std::unique_ptr<Private> fds);
+                std::unique_ptr<Monitor> monitor);
 
- private:
-  // The fd is readable: read what the kernel said, apply each change.
-  void serve() noexcept;
-  // Compares the nodes present now with what is known, applying the
-  // difference: at start, after lost uevents, and as the kRescan kind.
+  // For the monitors, which serve themselves (device_tracker.cc) and tell
+  // what they read. rescan(): compares the nodes present now with what is
+  // known, applying the difference: at start, after lost uevents, and as
+  // the kRescan kind.
   void rescan() noexcept;
   void apply(DeviceChange change, const std::string& node) noexcept;
   void report_verb(const char* verb, int error) noexcept;
+
+ private:
 
   // What watchers hear: the nodes present before a change, then the change
   // (none for a watcher's first call, which only catches it up).
@@ -70,7 +71,7 @@ class DeviceTracker : public std::enable_shared_from_this<DeviceTracker> {
 
   const std::weak_ptr<Reactor> reactor_;
   const DeviceMonitor kind_;
-  std::unique_ptr<Private> fds_;
+  std::unique_ptr<Monitor> monitor_;
   Handle served_;
   std::set<std::string> present_;  // uverbs nodes
   BroadcastList<Loss> losses_;

@@ -1,343 +1,22 @@
-// One CM event's path, top-down: CmChannelState::serve reads it, resolve()
-// decides who hears it and copies what the handler needs (making the new id
-// of a CONNECT_REQUEST, moving a connecting QP on CONNECT_RESPONSE), the
-// event is acked, and deliver() calls the handler.
-//
-// Locking: a channel's `mutex` guards its table of ids (and the timers of
-// release_removed_devices), and nothing else is done under it. Its `calls`
-// lock is held around rdma_get_cm_event and each CmId's librdmacm call,
-// never across a handler: librdmacm is not safe for two threads in one id at
-// once. An id's own mutex guards its QP and connection state. The
-// dispatching thread holds no lock while a handler runs. The waits: an id's
-// close() waits for its running handler (CallGuard) holding no lock, then
-// destroys the id under `calls`; there rdma_destroy_id waits for the acks of
-// the id's events, which serve() gives without `calls` (it holds that lock
-// only to read), and before it delivers anything. establish() works on the
-// id before the ack without `calls`: until the ack the id cannot be
-// destroyed, and what it calls (rdma_init_qp_attr, rdma_establish) only
-// reads the id.
+// CmId's calls and CmAddress. Each librdmacm call on an id is made under its
+// channel's `calls` lock (cm_channel.cc says why, and the rest of the
+// locking); close() waits for a running handler holding no lock.
 #include <ibev/cm/cm_id.h>
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <sys/epoll.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <system_error>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include <ibev/core/call_guard.h>
 #include <ibev/core/failure.h>
+#include "cm_state.h"
 
 namespace ibev {
-namespace {
-
-const char* state_name(ibv_qp_state state) {
-  switch (state) {
-    case IBV_QPS_INIT:
-      return "INIT";
-    case IBV_QPS_RTR:
-      return "RTR";
-    case IBV_QPS_RTS:
-      return "RTS";
-    default:
-      return "?";
-  }
-}
-
-const char* modify_step(ibv_qp_state state) {
-  switch (state) {
-    case IBV_QPS_INIT:
-      return "ibv_modify_qp(INIT)";
-    case IBV_QPS_RTR:
-      return "ibv_modify_qp(RTR)";
-    case IBV_QPS_RTS:
-      return "ibv_modify_qp(RTS)";
-    default:
-      return "ibv_modify_qp";
-  }
-}
-
-// One step of the CM's QP state machine, with the attributes the CM computes
-// for it (rdma_init_qp_attr), as librdmacm steps a QP of rdma_create_qp.
-// `rd_atomic`: max_dest_rd_atomic at RTR, max_rd_atomic at RTS.
-void move_qp(rdma_cm_id* id, QueuePair& qp, ibv_qp_state state,
-             std::optional<std::uint8_t> rd_atomic = std::nullopt) {
-  ibv_qp_attr attr{};
-  int mask = 0;
-  attr.qp_state = state;
-  if (rdma_init_qp_attr(id, &attr, &mask) != 0) {
-    throw_system_error(std::string("rdma_init_qp_attr(") + state_name(state) + ")", errno);
-  }
-  if (rd_atomic && state == IBV_QPS_RTR) attr.max_dest_rd_atomic = *rd_atomic;
-  if (rd_atomic && state == IBV_QPS_RTS) attr.max_rd_atomic = *rd_atomic;
-  qp.modify(attr, mask, modify_step(state));
-}
-
-// A connection that will not be: its QP stops (flushing what was posted).
-void move_to_error(QueuePair& qp) noexcept {
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  if (ibv_qp* raw = qp.get()) ibv_modify_qp(raw, &attr, IBV_QP_STATE);
-}
-
-// librdmacm opens a context of its own on every device its ids use, and
-// closes a removed device's only when it has found the device gone from
-// ibv_get_device_list (rdma_get_devices looks) and none of its ids is left
-// on it. Until then the kernel's delete waits for that context, as for any.
-void release_removed_devices() noexcept {
-  int count = 0;
-  if (ibv_context** contexts = rdma_get_devices(&count)) rdma_free_devices(contexts);
-}
-
-void copy_private_data(const void* data, std::uint8_t length, CmEvent& event) {
-  if (data == nullptr || length == 0) return;
-  const auto* bytes = static_cast<const std::uint8_t*>(data);
-  event.private_data.assign(bytes, bytes + length);
-}
-
-}  // namespace
-
-namespace detail {
-
-IBEV_DECLARE_ATOMIC_STATS(CmAtomicStats, CmStats, IBEV_CM_STATS);
-
-struct CmIdState {
-  CmIdState(rdma_cm_id* cm_id, CmHandler h, Executor e)
-      : id(cm_id), handler(std::move(h)), executor(std::move(e)) {}
-
-  std::atomic<rdma_cm_id*> id;  // null once closed
-  const CmHandler handler;
-  const Executor executor;
-  CallGuard guard;  // close() waits on it (core/call_guard.h)
-  CmId* owner = nullptr;
-
-  std::mutex mutex;
-  std::shared_ptr<QueuePair> qp;  // given to connect() or accept()
-  // A connecting QP failed on CONNECT_RESPONSE: the REJECTED or DISCONNECTED
-  // that may follow are not news to the handler (librdmacm drops them too).
-  bool connect_error = false;
-  CmConnection request;                     // a new id: what its CONNECT_REQUEST asked for
-  std::atomic<bool> device_removed{false};  // it heard DEVICE_REMOVAL
-};
-
-struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
-  CmChannelState(rdma_event_channel* c, unsigned b, Registry& r)
-      : channel(c), batch(b), registry(r) {}
-  // In a child forked after the channel was made, its ids are the parent's:
-  // rdma_destroy_id on the shared CM file would destroy them there.
-  bool inherited() const noexcept { return ::getpid() != process; }
-  // The last id is gone (each keeps the channel alive), and so is serving.
-  ~CmChannelState() { rdma_destroy_event_channel(channel); }
-
-  void add(rdma_cm_id* id, std::shared_ptr<CmIdState> state) {
-    std::lock_guard<std::mutex> lock(mutex);
-    ids[id] = std::move(state);
-  }
-  void remove(rdma_cm_id* id) {
-    std::lock_guard<std::mutex> lock(mutex);
-    ids.erase(id);
-  }
-  std::shared_ptr<CmIdState> find(rdma_cm_id* id) const {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = ids.find(id);
-    return it != ids.end() ? it->second : nullptr;
-  }
-
-  struct Routed {
-    std::shared_ptr<CmIdState> to;  // null: nobody hears it
-    CmEvent event;
-    rdma_cm_id* refused = nullptr;  // a new id nobody listens for any more
-  };
-  void serve() noexcept;
-  Routed resolve(rdma_cm_event& raw) noexcept;
-  void establish(CmIdState& state, rdma_cm_id* id, CmEvent& event) noexcept;
-  void deliver(Routed routed) noexcept;
-  void call(CmIdState& to, CmEvent& event) noexcept;
-  void report(Failure failure) const noexcept { registry.report(failure); }
-
-  rdma_event_channel* const channel;
-  const unsigned batch;
-  const pid_t process = ::getpid();  // that made it
-  Registry& registry;                   // the Dispatcher's: where failures go
-  std::weak_ptr<CmEventChannel> owner;  // set once, before serving starts
-  CmAtomicStats stats;
-
-  // Held around rdma_get_cm_event and every CmId's librdmacm call: librdmacm
-  // writes an id while it reads the id's events (its route, on
-  // ADDR_RESOLVED) and finishes some calls after the kernel may have
-  // answered them (rdma_resolve_addr copies the destination after), so two
-  // threads must not be in it for one id at once.
-  std::mutex calls;
-
-  mutable std::mutex mutex;
-  std::unordered_map<rdma_cm_id*, std::shared_ptr<CmIdState>> ids;
-  std::vector<Handle> retries;  // release_removed_devices() again, later (guarded too)
-};
-
-// Serves up to `batch` events: each read, resolved, acked, then delivered.
-void CmChannelState::serve() noexcept {
-  for (unsigned i = 0; i < batch; ++i) {
-    rdma_cm_event* raw = nullptr;
-    std::unique_lock<std::mutex> getting(calls);
-    const int got = rdma_get_cm_event(channel, &raw);
-    const int error = errno;
-    getting.unlock();
-    if (got != 0) {
-      if (error != EAGAIN && error != EWOULDBLOCK) {
-        report(Failure::verb_failed("rdma_get_cm_event", error));
-      }
-      return;
-    }
-    bump(stats.events);
-    Routed routed = resolve(*raw);
-    rdma_ack_cm_event(raw);
-    if (routed.refused != nullptr) rdma_destroy_id(routed.refused);
-    deliver(std::move(routed));
-  }
-}
-
-CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
-  Routed routed;
-  CmEvent& event = routed.event;
-  event.code = static_cast<int>(raw.event);
-  event.status = raw.status;
-  const CmEventTypeInfo* info = find_cm_event_type(event.code);
-  const CmPayload payload = info != nullptr ? info->payload : CmPayload::kNothing;
-  if (payload == CmPayload::kConnection || payload == CmPayload::kRejection) {
-    const rdma_conn_param& conn = raw.param.conn;
-    copy_private_data(conn.private_data, conn.private_data_len, event);
-    event.connection = CmConnection{
-        conn.responder_resources, conn.initiator_depth, conn.flow_control, conn.retry_count,
-        conn.rnr_retry_count,     conn.srq != 0,        conn.qp_num};
-  } else if (payload == CmPayload::kDatagram) {
-    copy_private_data(raw.param.ud.private_data, raw.param.ud.private_data_len, event);
-  }
-
-  if (info != nullptr && info->scope == CmScope::kListener) {
-    // The new id reports to the listener's handler from now on, as a
-    // kernel listener's children do; it is routed before the ack.
-    bump(stats.connect_requests);
-    routed.to = find(raw.listen_id);
-    std::shared_ptr<CmEventChannel> channel_object = owner.lock();
-    if (routed.to == nullptr || channel_object == nullptr) {
-      bump(stats.requests_refused);
-      routed.to = nullptr;
-      routed.refused = raw.id;
-      return routed;
-    }
-    auto made = exception_text([&] {
-      event.new_id = std::make_shared<CmId>(CmId::Token{}, std::move(channel_object), raw.id,
-                                            routed.to->handler, routed.to->executor);
-    });
-    if (made) {
-      report(Failure::handler_threw("CmId for a CONNECT_REQUEST", std::move(*made)));
-      bump(stats.requests_refused);
-      routed.to = nullptr;
-      routed.refused = raw.id;
-      return routed;
-    }
-    std::lock_guard<std::mutex> lock(event.new_id->state_->mutex);
-    event.new_id->state_->request = event.connection;
-    return routed;
-  }
-
-  routed.to = find(raw.id);
-  if (routed.to == nullptr) {
-    bump(stats.unrouted);
-    return routed;
-  }
-  switch (raw.event) {
-    case RDMA_CM_EVENT_CONNECT_RESPONSE:
-      // Before the ack: until then rdma_destroy_id cannot free the id.
-      establish(*routed.to, raw.id, event);
-      break;
-    case RDMA_CM_EVENT_DEVICE_REMOVAL:
-      routed.to->device_removed = true;  // its close() lets librdmacm let go
-      break;
-    case RDMA_CM_EVENT_REJECTED:
-    case RDMA_CM_EVENT_DISCONNECTED: {
-      std::lock_guard<std::mutex> lock(routed.to->mutex);
-      if (routed.to->connect_error) {
-        routed.to = nullptr;  // the handler heard CONNECT_ERROR already
-        break;
-      }
-      if (raw.event == RDMA_CM_EVENT_REJECTED && routed.to->qp) move_to_error(*routed.to->qp);
-      break;
-    }
-    default:
-      break;
-  }
-  return routed;
-}
-
-// The active side's CONNECT_RESPONSE, for a QP given to connect(): INIT
-// again (now with the CM's attributes for the connection), RTR, RTS, then
-// the RTU; the handler hears ESTABLISHED, or CONNECT_ERROR with the errno
-// of the step that failed, as librdmacm reports for its own QPs.
-void CmChannelState::establish(CmIdState& state, rdma_cm_id* id, CmEvent& event) noexcept {
-  std::shared_ptr<QueuePair> qp;
-  {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    qp = state.qp;
-  }
-  if (qp == nullptr) return;  // connected without a QP: the handler goes on
-  int error = 0;
-  try {
-    move_qp(id, *qp, IBV_QPS_INIT);
-    move_qp(id, *qp, IBV_QPS_RTR);
-    move_qp(id, *qp, IBV_QPS_RTS);
-    if (rdma_establish(id) != 0) throw_system_error("rdma_establish", errno);
-  } catch (const std::system_error& e) {
-    error = e.code().value();
-  } catch (const std::exception&) {
-    error = EINVAL;
-  }
-  if (error == 0) {
-    event.code = RDMA_CM_EVENT_ESTABLISHED;
-    return;
-  }
-  move_to_error(*qp);
-  event.code = RDMA_CM_EVENT_CONNECT_ERROR;
-  event.status = -error;
-  std::lock_guard<std::mutex> lock(state.mutex);
-  state.connect_error = true;
-}
-
-void CmChannelState::deliver(Routed routed) noexcept {
-  if (routed.to == nullptr) return;
-  if (!routed.to->executor) {
-    call(*routed.to, routed.event);
-    return;
-  }
-  auto task = [self = shared_from_this(), to = routed.to,
-               event = std::move(routed.event)]() mutable { self->call(*to, event); };
-  if (auto threw = exception_text([&] { routed.to->executor(std::move(task)); })) {
-    report(Failure::handler_threw("CM event executor", std::move(*threw)));
-  }
-}
-
-// The handler, unless its id was closed meanwhile (then it never runs again).
-void CmChannelState::call(CmIdState& to, CmEvent& event) noexcept {
-  if (!to.guard.try_enter()) return;
-  event.id = to.owner;
-  if (auto threw = exception_text([&] { to.handler(event); })) {
-    Failure failure = Failure::handler_threw("CM event handler", std::move(*threw));
-    failure.event_code = event.code;
-    failure.object = to.id.load();
-    report(std::move(failure));
-  }
-  to.guard.leave();
-}
-
-}  // namespace detail
 
 // --- CmAddress ---
 
@@ -441,67 +120,6 @@ rdma_conn_param conn_param(const CmConnectOptions& options, const QueuePair& qp,
 
 }  // namespace
 
-// --- CmEventChannel ---
-
-std::shared_ptr<CmEventChannel> CmEventChannel::create(Dispatcher& dispatcher, Options options) {
-  if (options.batch == 0) {
-    throw std::invalid_argument("CmEventChannel::create: batch must be at least 1");
-  }
-  rdma_event_channel* raw = rdma_create_event_channel();
-  if (raw == nullptr) throw_system_error("rdma_create_event_channel", errno);
-  auto state = std::make_shared<detail::CmChannelState>(raw, options.batch, dispatcher.registry());
-  // Served in the loop: rdma_get_cm_event then fails with EAGAIN, never blocks.
-  const int flags = ::fcntl(raw->fd, F_GETFL);
-  if (flags < 0 || ::fcntl(raw->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    throw_system_error("fcntl(O_NONBLOCK) on the CM event channel", errno);
-  }
-  auto channel = std::make_shared<CmEventChannel>(Token{}, dispatcher, state);
-  state->owner = channel;
-  channel->served_ = dispatcher.watch_fd(
-      raw->fd, EPOLLIN, [weak = std::weak_ptr<detail::CmChannelState>(state)](std::uint32_t) {
-        // Held while serving: a handler may drop the last id, and with it
-        // the channel, without the channel going under this loop.
-        if (auto state = weak.lock()) state->serve();
-      });
-  // A removed device's librdmacm context, if no id holds it, goes at once;
-  // looked for again a little later, as the device may still be listed
-  // when its removal is announced. Without a device monitor (kOff) only
-  // closing an id that heard DEVICE_REMOVAL does it.
-  try {
-    channel->devices_watched_ =
-        dispatcher.watch_devices([&dispatcher, weak = std::weak_ptr<detail::CmChannelState>(state)](
-                                     DeviceChange change, const std::string&) {
-          if (change != DeviceChange::kRemoved) return;
-          release_removed_devices();
-          auto state = weak.lock();
-          if (state == nullptr) return;
-          std::vector<Handle> later;
-          for (const int delay : {100, 500, 2000}) {
-            later.push_back(dispatcher.call_after(std::chrono::milliseconds(delay),
-                                                  [] { release_removed_devices(); }));
-          }
-          // An earlier removal's, replaced (on this thread: no wait).
-          std::vector<Handle> earlier;
-          std::lock_guard<std::mutex> lock(state->mutex);
-          earlier.swap(state->retries);
-          state->retries = std::move(later);
-        });
-  } catch (const std::invalid_argument&) {
-    // Options::device_monitor is kOff: see above.
-  }
-  return channel;
-}
-
-CmEventChannel::CmEventChannel(Token, Dispatcher& dispatcher,
-                               std::shared_ptr<detail::CmChannelState> state)
-    : dispatcher_(dispatcher), state_(std::move(state)) {}
-
-CmEventChannel::~CmEventChannel() { served_.release(); }
-
-rdma_event_channel* CmEventChannel::get() const noexcept { return state_->channel; }
-
-CmStats CmEventChannel::stats() const noexcept { return state_->stats.load(); }
-
 // --- CmId ---
 
 std::shared_ptr<CmId> CmId::create(std::shared_ptr<CmEventChannel> channel, CmHandler handler,
@@ -553,17 +171,18 @@ void CmId::close() noexcept {
     // Another close() runs. From inside this id's handler, return (that one
     // waits for this call to end, unless it is this call); from anywhere
     // else, wait for it to finish and for the handler, as it does.
-    if (state_->guard.running_here()) return;
+    detail::CallGuard& guard = state_->subscriber->guard;
+    if (guard.running_here()) return;
     std::unique_lock<std::mutex> lock(close_mutex_);
     closed_changed_.wait(lock, [this] { return closed_; });
     lock.unlock();
-    state_->guard.wait_idle();
+    guard.wait_idle();
     return;
   }
   rdma_cm_id* id = get();
   channel_->state_->remove(id);  // an event read from now on is not routed
-  state_->guard.close();
-  state_->guard.wait_idle();
+  state_->subscriber->guard.close();
+  state_->subscriber->guard.wait_idle();
   {
     std::lock_guard<std::mutex> calls(channel_->state_->calls);
     state_->id.store(nullptr);
@@ -574,7 +193,7 @@ void CmId::close() noexcept {
       channel_->state_->report(std::move(failure));
     }
   }
-  if (state_->device_removed) release_removed_devices();
+  if (state_->device_removed) detail::release_removed_devices();
   std::shared_ptr<QueuePair> qp;  // let go outside the lock
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -616,7 +235,7 @@ void CmId::listen(const CmAddress& address, int backlog) {
 void CmId::init_qp(QueuePair& qp) {
   auto [lock, id] = lock_id("rdma_init_qp_attr");
   require_connectable(id, qp, "CmId::init_qp");
-  move_qp(id, qp, IBV_QPS_INIT);
+  detail::move_qp(id, qp, IBV_QPS_INIT);
 }
 
 void CmId::connect(std::shared_ptr<QueuePair> qp, const CmConnectOptions& options) {
@@ -624,7 +243,7 @@ void CmId::connect(std::shared_ptr<QueuePair> qp, const CmConnectOptions& option
   if (qp == nullptr) throw std::invalid_argument("CmId::connect: the QP is null");
   require_connectable(id, *qp, "CmId::connect");
   rdma_conn_param param = conn_param(options, *qp, "CmId::connect");
-  move_qp(id, *qp, IBV_QPS_INIT);
+  detail::move_qp(id, *qp, IBV_QPS_INIT);
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->qp = qp;
@@ -662,11 +281,11 @@ void CmId::accept(std::shared_ptr<QueuePair> qp, const CmConnectOptions& options
   param.initiator_depth =
       options.initiator_depth.value_or(limit(request.initiator_depth, device.max_qp_init_rd_atom));
   try {
-    move_qp(id, *qp, IBV_QPS_INIT);
-    move_qp(id, *qp, IBV_QPS_RTR, param.responder_resources);
-    move_qp(id, *qp, IBV_QPS_RTS, param.initiator_depth);
+    detail::move_qp(id, *qp, IBV_QPS_INIT);
+    detail::move_qp(id, *qp, IBV_QPS_RTR, param.responder_resources);
+    detail::move_qp(id, *qp, IBV_QPS_RTS, param.initiator_depth);
   } catch (...) {
-    move_to_error(*qp);
+    detail::move_to_error(*qp);
     throw;
   }
   {
@@ -675,7 +294,7 @@ void CmId::accept(std::shared_ptr<QueuePair> qp, const CmConnectOptions& options
   }
   if (rdma_accept(id, &param) != 0) {
     const int error = errno;
-    move_to_error(*qp);
+    detail::move_to_error(*qp);
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->qp.reset();
     throw_system_error("rdma_accept", error);
@@ -698,7 +317,7 @@ void CmId::reject(const std::vector<std::uint8_t>& private_data) {
 void CmId::disconnect() {
   auto [lock, id] = lock_id("rdma_disconnect");
   // As librdmacm's own shutdown: the QP stops before the peer is told.
-  if (auto qp = queue_pair()) move_to_error(*qp);
+  if (auto qp = queue_pair()) detail::move_to_error(*qp);
   if (rdma_disconnect(id) != 0) throw_system_error("rdma_disconnect", errno);
 }
 

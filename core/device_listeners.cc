@@ -1,7 +1,5 @@
 #include <ibev/core/device_listeners.h>
 
-#include <utility>
-
 namespace ibev::detail {
 
 std::size_t bucket_of(int code) noexcept {
@@ -10,14 +8,9 @@ std::size_t bucket_of(int code) noexcept {
              : static_cast<std::size_t>(CounterSnapshot::kTrackedCodes);
 }
 
-boost::signals2::connection DeviceState::connect(std::shared_ptr<Subscriber> listener) {
-  listener->epoch = epoch.fetch_add(1) + 1;
-  return listeners.connect(
-      [listener = std::move(listener)](const Event& event, std::uint64_t resolved_epoch,
-                                       const std::shared_ptr<RegistryState>& registry) {
-        if (listener->epoch > resolved_epoch) return false;
-        return detail::notify(listener, event, registry);
-      });
+std::uint64_t next_generation() noexcept {
+  static std::atomic<std::uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 }  // namespace ibev::detail

@@ -58,22 +58,23 @@ const void* object_address(const Element& element) noexcept {
 
 }  // namespace
 
-ElementKind kind_of(const Element& element) noexcept {
-  switch (element.index()) {
-    case 0:
-      return ElementKind::kCq;
-    case 1:
-      return ElementKind::kQp;
-    case 2:
-      return ElementKind::kSrq;
-    case 3:
-      return ElementKind::kWq;
-    case 4:
-      return ElementKind::kPort;
-    default:
-      return ElementKind::kDevice;
-  }
-}
+namespace {
+
+// One overload per alternative of Element: one added without its kind here
+// does not compile.
+struct KindOf {
+  ElementKind operator()(ibv_cq*) const noexcept { return ElementKind::kCq; }
+  ElementKind operator()(ibv_qp*) const noexcept { return ElementKind::kQp; }
+  ElementKind operator()(ibv_srq*) const noexcept { return ElementKind::kSrq; }
+  ElementKind operator()(ibv_wq*) const noexcept { return ElementKind::kWq; }
+  ElementKind operator()(Port) const noexcept { return ElementKind::kPort; }
+  ElementKind operator()(WholeDevice) const noexcept { return ElementKind::kDevice; }
+  ElementKind operator()(OpaqueElement) const noexcept { return ElementKind::kDevice; }
+};
+
+}  // namespace
+
+ElementKind kind_of(const Element& element) noexcept { return std::visit(KindOf{}, element); }
 
 Event Event::from_async(ibv_context* device,
                         const ibv_async_event& raw) noexcept {
@@ -139,6 +140,25 @@ Event Event::synthesize(ibv_context* device, int code, Element element) {
                                 " is a known code; give WholeDevice");
   }
   return Event(device, code, element, true);
+}
+
+Event Event::synthesize(ibv_context* device, int code, ObjectNumber object) {
+  const EventTypeInfo* info = find_event_type(code);
+  const std::string what = describe_event_code(code);
+  if (!is_object(object.kind)) {
+    throw std::invalid_argument("Event::synthesize: an ObjectNumber names a CQ, QP, SRQ or WQ, "
+                                "not " + element_description(object.kind));
+  }
+  if (info == nullptr || info->element != object.kind) {
+    throw std::invalid_argument("Event::synthesize: " + what + " carries " +
+                                element_description(info != nullptr ? info->element
+                                                                    : ElementKind::kDevice) +
+                                ", not " + element_description(object.kind));
+  }
+  Event event(device, code, OpaqueElement{object.number}, true);
+  event.kind_ = object.kind;
+  event.numbered_ = true;
+  return event;
 }
 
 std::string_view Event::name() const noexcept {

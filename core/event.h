@@ -11,6 +11,11 @@
 // Events of a code this build does not know are kept, never dropped: they are
 // device-scope, and their element's raw bits are kept as an opaque integer.
 //
+// An object event may name its object by number instead (ObjectNumber: a QP
+// or SRQ number on its device), as a source that has no ibv_* address for it
+// does (mlx5 DevX objects, a peer's report); it reaches the handlers attached
+// by that number (Registry::attach(ibv_context*, ObjectNumber, ...)).
+//
 // Event is a small, trivially copyable value; it owns nothing. Thread-safe as
 // any value (const access from many threads).
 #ifndef IBEV_CORE_EVENT_H_
@@ -33,12 +38,25 @@ struct Port {
   friend bool operator==(Port a, Port b) { return a.number == b.number; }
 };
 
+// An object named by its number on its device: a QP number (ibv_qp::qp_num),
+// an SRQ number, a DevX object's id. `kind` is an object kind (kCq, kQp, kSrq,
+// kWq).
+struct ObjectNumber {
+  ElementKind kind;
+  std::uint32_t number;
+  friend bool operator==(ObjectNumber a, ObjectNumber b) {
+    return a.kind == b.kind && a.number == b.number;
+  }
+};
+
 // DEVICE_FATAL names no element: the whole device is meant.
 struct WholeDevice {
   friend bool operator==(WholeDevice, WholeDevice) { return true; }
 };
 
-// The element of an event whose code ibev does not know; kept bit for bit.
+// The element of an event whose code ibev does not know, kept bit for bit;
+// and of an event that names its object by number (Event::object_number()
+// tells the two apart), holding the number.
 struct OpaqueElement {
   std::uint64_t bits;
   friend bool operator==(OpaqueElement a, OpaqueElement b) {
@@ -62,6 +80,8 @@ using Element = std::variant<ibv_cq*, ibv_qp*, ibv_srq*, ibv_wq*, Port,
                              WholeDevice, OpaqueElement>;
 
 // The kind of element `element` holds (kDevice for WholeDevice and Opaque).
+// For an event's kind use Event::element_kind(): an event that names its
+// object by number holds OpaqueElement, and is of its object's kind.
 ElementKind kind_of(const Element& element) noexcept;
 
 class Event {
@@ -75,6 +95,9 @@ class Event {
   // vanished). Throws std::invalid_argument when `element` is not what `code`
   // carries, or names a null object or a port below 1.
   static Event synthesize(ibv_context* device, int code, Element element);
+  // An object event that names its object by number. Throws
+  // std::invalid_argument when `code` is not an event of `object.kind`.
+  static Event synthesize(ibv_context* device, int code, ObjectNumber object);
   // The DEVICE_FATAL ibev sends a device's listeners when it notices the
   // device is gone by other means than the kernel's own DEVICE_FATAL.
   static Event device_lost(ibv_context* device, DeviceLoss loss) noexcept;
@@ -89,7 +112,8 @@ class Event {
   // "Device link speed change" from rdma-core 62), else "unknown".
   std::string_view name() const noexcept;
   Severity severity() const noexcept;
-  ElementKind element_kind() const noexcept { return kind_of(element_); }
+  ElementKind element_kind() const noexcept { return kind_; }
+  // For an event that names its object by number: OpaqueElement{number}.
   const Element& element() const noexcept { return element_; }
 
   // Each returns the element only when the event carries one of that kind.
@@ -98,8 +122,14 @@ class Event {
   ibv_srq* srq() const noexcept { return get<ibv_srq*>(); }
   ibv_wq* wq() const noexcept { return get<ibv_wq*>(); }
   std::optional<int> port() const noexcept;
-  // The CQ, QP, SRQ or WQ address for an object event; nullptr otherwise.
+  // The CQ, QP, SRQ or WQ address for an object event; nullptr otherwise
+  // (and for an event that names its object by number).
   const void* object() const noexcept;
+  // The object's number, for an event that names its object by number.
+  std::optional<ObjectNumber> object_number() const noexcept {
+    if (!numbered_) return std::nullopt;
+    return ObjectNumber{kind_, static_cast<std::uint32_t>(std::get<OpaqueElement>(element_).bits)};
+  }
 
   // True for events ibev made itself, which are never acked to rdma-core.
   bool synthesized() const noexcept { return synthesized_; }
@@ -114,7 +144,8 @@ class Event {
         code_(code),
         element_(element),
         synthesized_(synthesized),
-        loss_(loss) {}
+        loss_(loss),
+        kind_(kind_of(element)) {}
 
   template <typename T>
   T get() const noexcept {
@@ -127,6 +158,9 @@ class Event {
   Element element_;
   bool synthesized_;
   DeviceLoss loss_;
+  // After the members 0.7 had, which keep their offsets.
+  ElementKind kind_;       // of element_, or of the numbered object
+  bool numbered_ = false;  // element_ is OpaqueElement{the object's number}
 };
 
 }  // namespace ibev

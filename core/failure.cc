@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <new>
+#include <stdexcept>
 #include <sstream>
 #include <utility>
 
@@ -61,6 +63,18 @@ void send_to(const FailureSink& sink, const Failure& failure) noexcept {
     std::fprintf(stderr, "ibev: %s\n", describe(failure).c_str());
   } catch (...) {
   }
+}
+
+int errno_of(const std::exception& e) noexcept {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return ENOMEM;
+  if (const auto* system = dynamic_cast<const std::system_error*>(&e)) {
+    const std::error_code& code = system->code();
+    const bool an_errno =
+        code.category() == std::generic_category() || code.category() == std::system_category();
+    return an_errno && code.value() != 0 ? code.value() : EIO;
+  }
+  if (dynamic_cast<const std::logic_error*>(&e) != nullptr) return EINVAL;
+  return EIO;
 }
 
 void throw_system_error(const char* verb, int error) {

@@ -51,6 +51,10 @@ struct Failure {
 };
 
 std::string_view to_string(Failure::Kind kind) noexcept;
+
+// The `verb` of a CQ's completion handler that threw: counted apart
+// (CounterSnapshot::completion_handler_failures).
+inline constexpr std::string_view kCompletionHandler = "completion handler";
 // One line: "handler threw: CQ handler (CQ 0x...): <what>".
 std::string describe(const Failure& failure);
 
@@ -74,6 +78,11 @@ std::optional<std::string> exception_text(Call&& call) noexcept {
     return std::string("an exception not derived from std::exception");
   }
 }
+
+// The errno an exception stands for, for a Failure's `error`: ENOMEM for
+// std::bad_alloc, the code of a std::system_error, EINVAL for a
+// std::logic_error (std::invalid_argument among them), EIO for the rest.
+int errno_of(const std::exception& e) noexcept;
 
 // Throws std::system_error(error, generic_category(), verb). rdma-core
 // sometimes returns a negative errno, or fails without setting errno: those

@@ -11,6 +11,14 @@
 // handle may outlive what made it (a Registry, a Dispatcher): releasing it
 // then does nothing. In a forked child, releasing an inherited handle touches
 // nothing of the parent's (see dispatch/dispatcher.h).
+//
+// Threads: release() may run on any thread, the dispatching thread and an
+// executor's included, and from inside any handler. One Handle is one
+// object: two threads must not release (or move, or assign) the same Handle
+// at once; to release from several places, give it one owner (a struct
+// under the application's lock) or release it on one thread. Do not release
+// it while holding a lock that its handler takes: the release waits for the
+// handler (unless it is that handler).
 #ifndef IBEV_CORE_HANDLE_H_
 #define IBEV_CORE_HANDLE_H_
 

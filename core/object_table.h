@@ -1,5 +1,5 @@
-// Internal to core/registry: the map from an object's address to its handler
-// list.
+// Internal to core/: the map from an object's key (its address, or its number
+// on its device) to its subscribers (core/subscriber_lists.h's KeyedLists).
 //
 // Open addressing with linear probing, entries stored inline. std::unordered_map
 // keeps each key in its own node and reaches a bucket through the node before
@@ -54,11 +54,38 @@ class ObjectKey {
 static_assert(static_cast<std::uintptr_t>(ElementKind::kDevice) <= ObjectKey::kKindBits,
               "every kind fits in an aligned address's low bits");
 
-template <typename Value>
+// An object named by its number on its device (a QP or SRQ number, a DevX
+// object's id), for what has no ibv_* address: the device and (kind,
+// number). Numbers are per device, so the device is part of the key; not by
+// its address, which a device opened later may reuse with numbers starting
+// over, but by a number the registry gives each device it sees, never twice
+// (a forgotten device's keys then name nothing).
+class NumberKey {
+ public:
+  // The empty key: no object.
+  constexpr NumberKey() noexcept = default;
+  // `device`: the registry's number for the device, never 0.
+  NumberKey(std::uint64_t device, ElementKind kind, std::uint32_t number) noexcept
+      : device_(device), id_((static_cast<std::uint64_t>(kind) << 32) | number) {}
+
+  bool empty() const noexcept { return device_ == 0; }
+  // What the tables hash: every bit of the number reaches the low bits.
+  std::uint64_t bits() const noexcept { return (device_ << 40) ^ (id_ << 4); }
+  friend bool operator==(const NumberKey& a, const NumberKey& b) noexcept {
+    return a.device_ == b.device_ && a.id_ == b.id_;
+  }
+
+ private:
+  std::uint64_t device_ = 0;
+  std::uint64_t id_ = 0;
+};
+
+// `Key` is ObjectKey or NumberKey: empty(), bits() to hash, ==.
+template <typename Value, typename Key = ObjectKey>
 class ObjectTable {
  public:
   // nullptr when absent. Valid until the next insert or erase.
-  Value* find(const ObjectKey& key) noexcept {
+  Value* find(const Key& key) noexcept {
     if (entries_.empty()) return nullptr;
     for (std::size_t i = home(key);; i = next(i)) {
       Entry& e = entries_[i];
@@ -69,7 +96,7 @@ class ObjectTable {
 
   // The value for `key`, default-constructed if absent. `key` must not be
   // empty (the empty key marks an empty entry).
-  Value& operator[](const ObjectKey& key) {
+  Value& operator[](const Key& key) {
     if ((size_ + 1) * 4 > entries_.size() * 3) grow();
     for (std::size_t i = home(key);; i = next(i)) {
       Entry& e = entries_[i];
@@ -82,7 +109,7 @@ class ObjectTable {
     }
   }
 
-  void erase(const ObjectKey& key) noexcept {
+  void erase(const Key& key) noexcept {
     if (entries_.empty()) return;
     std::size_t hole = home(key);
     while (!(entries_[hole].key == key)) {
@@ -108,13 +135,13 @@ class ObjectTable {
 
  private:
   struct Entry {
-    ObjectKey key;
+    Key key;
     Value value{};
   };
 
   // MurmurHash3's finalizer. The registry picks a table by a different hash
   // of the same address, so this one must not correlate with it.
-  std::size_t home(const ObjectKey& key) const noexcept {
+  std::size_t home(const Key& key) const noexcept {
     std::uint64_t h = key.bits();
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;

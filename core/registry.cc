@@ -1,11 +1,13 @@
-// The Registry composes object handlers (core/object_handlers.h) and device
-// listeners (core/device_listeners.h); this file routes between them and is
+// The Registry keeps three kinds of subscriber list, all of the routing
+// primitive (core/route.h, core/subscriber_lists.h): object handlers in
+// KeyedLists, each device's listeners and the unclaimed observers in
+// BroadcastLists. This file chooses the list an event's element names, and is
 // the one place failures are counted and handed to the sink.
 //
-// Locking: each shard of ObjectHandlers has its own mutex, taken only around
-// a table lookup or update; `devices_mutex` guards the map of DeviceStates,
-// whose listener signals lock themselves. No lock is held while a handler
-// runs, so handlers may subscribe, release and deliver.
+// Locking: KeyedLists' shard mutexes and the BroadcastLists' own are taken
+// only around a lookup or an update; `devices_mutex` guards the map of
+// DeviceStates and is taken before none of them. No lock is held while a
+// handler runs, so handlers may subscribe, release and deliver.
 #include <ibev/core/registry.h>
 
 #include <exception>
@@ -17,8 +19,7 @@
 #include <utility>
 
 #include <ibev/core/device_listeners.h>
-#include <ibev/core/object_handlers.h>
-#include <ibev/core/subscriber.h>
+#include <ibev/core/subscriber_lists.h>
 
 namespace ibev {
 namespace detail {
@@ -53,61 +54,41 @@ struct RegistryState {
     if (failure.event_code) {
       state.counts_for(*failure.event_code)
           .handler_failures.fetch_add(1, std::memory_order_relaxed);
-    } else {
+    } else if (failure.verb == kCompletionHandler) {
       state.completion_handler_failures.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
   const FailureSink sink;
   std::atomic<bool> sink_detached{false};
-  ObjectHandlers objects;
+  KeyedLists<EventSubscriber> by_address;
+  KeyedLists<EventSubscriber, NumberKey> by_number;  // on a device
   std::shared_mutex devices_mutex;
   std::unordered_map<ibv_context*, std::shared_ptr<DeviceState>> devices;
-  boost::signals2::signal<bool(const Event&, const std::shared_ptr<RegistryState>&),
-                          CountRan>
-      unclaimed;
+  BroadcastList<EventSubscriber> unclaimed;
 };
 
 namespace {
 
-// Runs the handler unless released; returns whether it ran.
-bool call(Subscriber& subscriber, const Event& event,
-          const std::shared_ptr<RegistryState>& registry) noexcept {
-  if (!subscriber.guard.try_enter()) return false;
-  if (auto threw = exception_text([&] { subscriber.handler(event); }); threw && registry) {
-    Failure failure = Failure::handler_threw("event handler", std::move(*threw));
+// Where a handler's failure goes: counted for the event's device and code,
+// then to the sink; to stderr once the Registry is gone (a handler that ran
+// late on its executor).
+struct EventFailures {
+  std::weak_ptr<RegistryState> registry;
+
+  void operator()(Failure failure, const Event& event) const noexcept {
     failure.device = event.device();
     failure.object = event.object();
     failure.event_code = event.code();
-    registry->report(failure);
+    if (auto state = registry.lock()) {
+      state->report(failure);
+    } else {
+      send_to({}, failure);
+    }
   }
-  subscriber.guard.leave();
-  return true;
-}
+};
 
 }  // namespace
-
-bool notify(const std::shared_ptr<Subscriber>& subscriber, const Event& event,
-            const std::shared_ptr<RegistryState>& registry) noexcept {
-  if (!subscriber->filter.matches(event) || subscriber->guard.closed()) return false;
-  if (!subscriber->executor) return call(*subscriber, event, registry);
-  try {
-    (*subscriber->executor)([subscriber, event,
-                          weak = std::weak_ptr<RegistryState>(registry)]() noexcept {
-      call(*subscriber, event, weak.lock());
-    });
-  } catch (const std::exception& e) {
-    Failure failure = Failure::handler_threw(
-        "executor", std::string("the executor refused the handler's task: ") + e.what());
-    failure.device = event.device();
-    failure.object = event.object();
-    failure.event_code = event.code();
-    registry->report(failure);
-    return false;
-  }
-  return true;
-}
-
 }  // namespace detail
 
 using detail::ObjectKey;
@@ -143,27 +124,6 @@ void require_handler(const char* verb, bool present) {
   if (!present) {
     throw std::invalid_argument(std::string(verb) + ": the handler is empty");
   }
-}
-
-// The release of one subscription: no new call starts, the subscription
-// leaves its list (`unlink(subscriber)`), and calls in progress on other
-// threads finish. `unlink` is kept by type inside the handle's one closure,
-// and is given the subscriber rather than keeping a pointer of its own: an
-// object handler is made per QP and CQ, and each such copy was bytes in a
-// closure (bench/registry_bench's memory figure).
-template <typename Unlink>
-Handle subscription_handle(std::shared_ptr<detail::Subscriber> subscriber, Unlink unlink) {
-  return Handle(
-      [subscriber = std::move(subscriber), unlink = std::move(unlink)]() mutable noexcept {
-        subscriber->guard.close();
-        try {
-          unlink(subscriber.get());
-        } catch (...) {
-          // Only allocation can fail there. The handler is closed already, so it
-          // will not run; the stale entry goes with the next change of the list.
-        }
-        subscriber->guard.wait_idle();
-      });
 }
 
 }  // namespace
@@ -219,6 +179,33 @@ Handle Registry::attach_object(const char* verb, const void* object, ElementKind
                                 "object's is");
   }
   require_handler(verb, static_cast<bool>(handler));
+  require_object_filter(verb, kind, filter);
+  return state_->by_address.add(ObjectKey{object, kind},
+                             std::make_shared<detail::EventSubscriber>(
+                                 std::move(handler), std::move(filter), std::move(executor)));
+}
+
+Handle Registry::attach(ibv_context* device, ObjectNumber object, EventFilter filter,
+                        Handler handler, Executor executor) {
+  const char* const verb = "Registry::attach(ibv_context*, ObjectNumber)";
+  if (device == nullptr) {
+    throw std::invalid_argument(std::string(verb) + ": the device is null");
+  }
+  if (!is_object(object.kind)) {
+    throw std::invalid_argument(std::string(verb) + ": a " +
+                                std::string(to_string(object.kind)) +
+                                " is not an object with a number (CQ, QP, SRQ, WQ)");
+  }
+  require_handler(verb, static_cast<bool>(handler));
+  require_object_filter(verb, object.kind, filter);
+  const std::uint64_t generation = state_->device(device)->generation;
+  return state_->by_number.add(detail::NumberKey{generation, object.kind, object.number},
+                              std::make_shared<detail::EventSubscriber>(
+                                  std::move(handler), std::move(filter), std::move(executor)));
+}
+
+void Registry::require_object_filter(const char* verb, ElementKind kind,
+                                     const EventFilter& filter) {
   if (filter.port()) {
     throw std::invalid_argument(
         std::string(verb) + ": a port filter means nothing to an object's " +
@@ -232,15 +219,6 @@ Handle Registry::attach_object(const char* verb, const void* object, ElementKind
           " event and never reaches a " + std::string(to_string(kind)) + " handler");
     }
   }
-  const ObjectKey key{object, kind};
-  auto subscriber = std::make_shared<detail::Subscriber>(
-      std::move(handler), std::move(filter), std::move(executor));
-  state_->objects.add(key, subscriber);
-  return subscription_handle(std::move(subscriber),
-                             [weak = std::weak_ptr<detail::RegistryState>(state_),
-                              key](const detail::Subscriber* subscriber) {
-                               if (auto state = weak.lock()) state->objects.remove(key, subscriber);
-                             });
 }
 
 Handle Registry::listen(ibv_context* device, Handler handler) {
@@ -249,6 +227,12 @@ Handle Registry::listen(ibv_context* device, Handler handler) {
 
 Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler,
                         Executor executor) {
+  return listen(device, std::move(filter), std::move(handler), std::move(executor),
+                detail::Tier::kNormal);
+}
+
+Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler,
+                        Executor executor, detail::Tier tier) {
   if (device == nullptr) {
     throw std::invalid_argument("Registry::listen: the device is null");
   }
@@ -261,28 +245,15 @@ Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler
           " event; it reaches only that object's handlers (attach one)");
     }
   }
-  auto subscriber = std::make_shared<detail::Subscriber>(
-      std::move(handler), std::move(filter), std::move(executor));
-  boost::signals2::connection connection = state_->device(device)->connect(subscriber);
-  return subscription_handle(std::move(subscriber),
-                             [connection](const detail::Subscriber*) mutable {
-                               connection.disconnect();
-                             });
+  return state_->device(device)->listeners.add(
+      std::make_shared<detail::EventSubscriber>(std::move(handler), std::move(filter),
+                                                std::move(executor)),
+      tier);
 }
 
 Handle Registry::on_unclaimed(Handler observer) {
   require_handler("Registry::on_unclaimed", static_cast<bool>(observer));
-  auto subscriber =
-      std::make_shared<detail::Subscriber>(std::move(observer), EventFilter{}, Executor{});
-  boost::signals2::connection connection = state_->unclaimed.connect(
-      [subscriber](const Event& event,
-                   const std::shared_ptr<detail::RegistryState>& registry) {
-        return detail::notify(subscriber, event, registry);
-      });
-  return subscription_handle(std::move(subscriber),
-                             [connection](const detail::Subscriber*) mutable {
-                               connection.disconnect();
-                             });
+  return state_->unclaimed.add(std::make_shared<detail::EventSubscriber>(std::move(observer)));
 }
 
 Delivery Registry::resolve(const Event& event) const {
@@ -291,13 +262,14 @@ Delivery Registry::resolve(const Event& event) const {
   }
   Delivery delivery(event);
   delivery.device_ = state_->device(event.device());
-  // An address no rdma-core object can have (unaligned) has no handlers.
-  if (is_object(event.element_kind()) && ObjectKey::representable(event.object())) {
-    detail::HandlerSet set = state_->objects.find({event.object(), event.element_kind()});
-    delivery.only_ = std::move(set.only);
-    delivery.several_ = std::move(set.several);
-  } else if (!is_object(event.element_kind())) {
-    delivery.listener_epoch_ = delivery.device_->current_epoch();
+  if (!is_object(event.element_kind())) {
+    delivery.who_ = delivery.device_->listeners.snapshot();
+  } else if (const auto number = event.object_number()) {
+    delivery.who_ = state_->by_number.snapshot(
+        detail::NumberKey{delivery.device_->generation, number->kind, number->number});
+  } else if (ObjectKey::representable(event.object())) {
+    // (An address no rdma-core object can have, unaligned, has no handlers.)
+    delivery.who_ = state_->by_address.snapshot({event.object(), event.element_kind()});
   }
   return delivery;
 }
@@ -307,25 +279,17 @@ std::size_t Registry::deliver(const Delivery& delivery) {
     throw std::invalid_argument("Registry::deliver: the Delivery was moved from");
   }
   const Event& event = delivery.event_;
-  detail::DeviceState& device = *delivery.device_;
   // A handler may destroy this Registry: from here on only `state` is used.
   const std::shared_ptr<detail::RegistryState> state = state_;
-  std::size_t ran = 0;
-  if (delivery.only_) {
-    ran = detail::notify(delivery.only_, event, state) ? 1 : 0;
-  } else if (delivery.several_) {
-    for (const auto& subscriber : *delivery.several_) {
-      ran += detail::notify(subscriber, event, state) ? 1 : 0;
-    }
-  } else if (!is_object(event.element_kind())) {
-    ran = device.notify(event, delivery.listener_epoch_, state);
-  }
-  auto& counts = device.counts_for(event.code());
+  const detail::EventFailures report{state};
+  const std::size_t ran = delivery.who_.deliver(event, "event handler", report);
+  auto& counts = delivery.device_->counts_for(event.code());
   if (ran > 0) {
     counts.delivered.fetch_add(1, std::memory_order_relaxed);
   } else {
     counts.unclaimed.fetch_add(1, std::memory_order_relaxed);
-    state->unclaimed(event, state);
+    // Unclaimed is known only now: the observers are those present now.
+    state->unclaimed.snapshot().deliver(event, "unclaimed observer", report);
   }
   return ran;
 }

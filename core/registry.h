@@ -2,8 +2,9 @@
 //
 // The userspace counterpart of two kernel mechanisms: the `event_handler`
 // given to ib_create_cq/qp/srq/wq (here: attach(), one or more handlers per
-// object, keyed by its ibv_* address), and a device's `event_handler_list`
-// fed by ib_register_event_handler (here: listen(), in registration order).
+// object, keyed by its ibv_* address or by its number on its device), and a
+// device's `event_handler_list` fed by ib_register_event_handler (here:
+// listen(), in registration order).
 // Routing follows the kernel: an object event (CQ, QP, SRQ, WQ) reaches only
 // that object's handlers; a port or device event reaches every matching
 // listener of its device. An event nobody takes goes to the on_unclaimed()
@@ -44,13 +45,15 @@
 #include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/route.h>
 
 namespace ibev {
 
 using Handler = std::function<void(const Event&)>;
 
 namespace detail {
-struct Subscriber;
+// An object's handler, a device listener or an unclaimed observer.
+using EventSubscriber = Subscriber<Event, EventFilter>;
 struct DeviceState;
 struct RegistryState;
 }  // namespace detail
@@ -70,12 +73,8 @@ class Delivery {
   explicit Delivery(const Event& event) noexcept;
 
   Event event_;
-  // The object's handlers as resolved: one without a list (by far the common
-  // case, one allocation touched), or several.
-  std::shared_ptr<detail::Subscriber> only_;
-  std::shared_ptr<const std::vector<std::shared_ptr<detail::Subscriber>>> several_;
-  std::shared_ptr<detail::DeviceState> device_;
-  std::uint64_t listener_epoch_ = 0;
+  detail::Snapshot<detail::EventSubscriber> who_;  // the object's handlers, or the listeners
+  std::shared_ptr<detail::DeviceState> device_;    // its counters
 };
 
 struct EventCounts {
@@ -131,6 +130,15 @@ class Registry {
   Handle attach(ibv_srq* srq, EventFilter filter, Handler handler,
                 Executor executor = {});
   Handle attach(ibv_wq* wq, EventFilter filter, Handler handler, Executor executor = {});
+  // An object named by its number on `device` (core/event.h's ObjectNumber):
+  // it hears the events that name it so (Event::object_number()), which a
+  // source with no ibv_* address for the object makes; events that name the
+  // object by address reach the handlers attached by address. A QueuePair
+  // made with a handler is attached both ways. Throws std::invalid_argument
+  // for a null device, a kind that is not an object's, an empty handler, or a
+  // filter naming another kind's events or a port.
+  Handle attach(ibv_context* device, ObjectNumber object, EventFilter filter, Handler handler,
+                Executor executor = {});
 
   // A device-wide listener, as ib_register_event_handler: every port and
   // device event of `device` (unknown codes included), or those `filter`
@@ -139,6 +147,10 @@ class Registry {
   Handle listen(ibv_context* device, Handler handler);
   Handle listen(ibv_context* device, EventFilter filter, Handler handler,
                 Executor executor = {});
+  // For ibev's own listeners (detail::Tier is not API): one that runs before
+  // or after every listener of the normal tier.
+  Handle listen(ibv_context* device, EventFilter filter, Handler handler, Executor executor,
+                detail::Tier tier);
 
   // Events no handler took. Runs on the delivering thread, like handlers.
   Handle on_unclaimed(Handler observer);
@@ -159,15 +171,17 @@ class Registry {
 
   CounterSnapshot counters(ibv_context* device) const;
 
-  // `device` is closed: its listeners hear nothing more (their handles stay,
-  // inert) and its counters go, so that a device opened later at the same
-  // address (a re-added one) starts afresh. Events resolved before are still
-  // delivered.
+  // `device` is closed: its listeners and the handlers attached by number on
+  // it hear nothing more (their handles stay, inert) and its counters go, so
+  // that a device opened later at the same address (a re-added one) starts
+  // afresh. Events resolved before are still delivered.
   void forget(ibv_context* device) noexcept;
 
  private:
   Handle attach_object(const char* verb, const void* object, ElementKind kind,
                        EventFilter filter, Handler handler, Executor executor);
+  static void require_object_filter(const char* verb, ElementKind kind,
+                                    const EventFilter& filter);
 
   std::shared_ptr<detail::RegistryState> state_;
 };

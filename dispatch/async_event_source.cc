@@ -71,7 +71,7 @@ class AsyncEventSource final : public Source {
       try {
         delivery.emplace(reactor_.registry().resolve(Event::from_async(device_, raw)));
       } catch (const std::exception& e) {
-        report_verb("Registry::resolve", ENOMEM, e.what());
+        report_verb("Registry::resolve", errno_of(e), e.what());
       }
       ibv_ack_async_event(&raw);
       if (delivery) {
@@ -87,9 +87,7 @@ class AsyncEventSource final : public Source {
 
   // The tracker saw the device's uverbs node go: it is being removed.
   void removed() noexcept {
-    if (!guard().try_enter()) return;  // released meanwhile
-    lose_device(DeviceLoss::kRemoved);
-    guard().leave();
+    if (const auto entered = guard().enter()) lose_device(DeviceLoss::kRemoved);
   }
 
  private:
@@ -119,7 +117,7 @@ class AsyncEventSource final : public Source {
     try {
       deliver(reactor_.registry().resolve(Event::device_lost(device_, loss)));
     } catch (const std::exception& e) {
-      report_verb("Registry::resolve(DEVICE_FATAL)", ENOMEM, e.what());
+      report_verb("Registry::resolve(DEVICE_FATAL)", errno_of(e), e.what());
     }
   }
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include <ibev/core/happens_before.h>
+#include <ibev/core/route.h>
 #include "reactor.h"
 #include "sources.h"
 #include <ibev/dispatch/test_seams.h>
@@ -46,7 +47,7 @@ IBEV_DECLARE_ATOMIC_STATS(AtomicCompletionStats, CompletionStats, IBEV_COMPLETIO
 
 class ChannelSource;
 
-// One watched CQ.
+// One watched CQ: its handler and options, its ack count, its turns.
 class CqEntry {
  public:
   CqEntry(Reactor& reactor, ibv_cq* cq, CompletionHandler handler,
@@ -68,154 +69,14 @@ class CqEntry {
   // calling the handler again, polling or re-arming).
   bool watched() const noexcept { return !guard_.closed() && !reactor_.orphaned.load(); }
 
-  // Polls the CQ until it is empty, the watch is released or `limit`
-  // completions were taken, handing each batch to the handler; returns how
-  // many it took (== limit: the CQ may hold more).
-  std::uint64_t drain(std::uint64_t limit) noexcept {
-    std::array<ibv_wc, 256> wcs;  // hand_over takes ibev's own out of it
-    std::uint64_t drained = 0;
-    while (drained < limit && watched()) {
-      const auto want = std::min<std::uint64_t>(options_.poll_batch, limit - drained);
-      const int n = ibv_poll_cq(cq_, static_cast<int>(want), wcs.data());
-      if (n < 0) {
-        report(Failure::verb_failed("ibv_poll_cq", -n));
-        break;
-      }
-      if (n == 0) break;
-      drained += static_cast<std::uint64_t>(n);
-      hand_over(wcs.data(), static_cast<std::size_t>(n));
-    }
-    return drained;
-  }
-
-  // One turn of the CQ, after its channel event (`for_event`) or when it was
-  // deferred: drain, re-arm, drain again. The first drain runs the handler
-  // before the re-arm's system call, so a reply goes out one verb sooner than
-  // with arm-then-drain; the drain after the re-arm takes whatever landed
-  // before it, and a completion landing after it raises a new event, even if
-  // this drain takes it (that event then finds the CQ empty: counted, not an
-  // error). In adaptive mode, keep polling between the first drain and the
-  // re-arm while completions come, until the CQ has been quiet for the poll
-  // budget.
-  //
-  // The turn is bounded: at most `budget` completions, and adaptive polling
-  // at most one poll budget long, and no longer than it takes to see that
-  // another source is ready while the CQ is empty. A turn that ends on its bound leaves the
-  // CQ unarmed and deferred, so the reactor serves every other ready source
-  // and comes back without sleeping (the kernel's cq.c requeues its poll
-  // work the same way). `drained`: completions taken for this event already.
-  void serve_turn(std::uint64_t drained, bool for_event) noexcept {
-    const std::uint64_t budget = options_.budget;
-    const auto poll_budget = options_.poll_budget;
-    const bool adaptive = options_.mode == CompletionMode::kAdaptive;
-    drained += drain(budget - std::min(drained, budget));
-    if (adaptive && test_seams::adaptive_turn_drained != nullptr) {
-      test_seams::adaptive_turn_drained(cq_, drained);
-    }
-    if (adaptive && (for_event || drained > 0)) {
-      quiet_since_ = std::chrono::steady_clock::now();
-    }
-    if (drained >= budget) return yield();
-    if (adaptive) {
-      // Reading the clock costs more than an empty poll: look every 64 polls.
-      const auto turn_start = std::chrono::steady_clock::now();
-      for (unsigned empty = 0; watched(); ++empty) {
-        if (const std::uint64_t more = drain(budget - drained); more > 0) {
-          drained += more;
-          bump(stats_.polled, more);
-          quiet_since_ = std::chrono::steady_clock::now();
-          if (drained >= budget || quiet_since_ - turn_start >= poll_budget) {
-            return yield();
-          }
-          empty = 0;
-        } else if (empty % 64 == 63) {
-          const auto now = std::chrono::steady_clock::now();
-          if (now - quiet_since_ >= poll_budget) break;  // quiet: arm and sleep
-          // Spinning on an empty CQ while another source is ready would
-          // hold it for up to a poll budget: give way, and spin on next turn
-          // (the quiet clock goes on).
-          if (now - turn_start >= poll_budget || reactor_.work_waiting()) return yield();
-        }
-      }
-    }
-    if (watched()) {
-      if (const int rc = ibv_req_notify_cq(cq_, options_.solicited_only ? 1 : 0); rc != 0) {
-        report(Failure::verb_failed("ibv_req_notify_cq", rc));
-      }
-      if (adaptive && test_seams::adaptive_cq_armed != nullptr) test_seams::adaptive_cq_armed(cq_);
-      drained += drain(budget - drained);
-      if (drained >= budget) return yield();
-    }
-    if (drained == 0 && for_event) {
-      bump(stats_.empty_events);
-      bump(reactor_.stats().empty_completion_events);
-    }
-  }
-
- private:
-  void report(Failure failure) noexcept {
-    failure.device = cq_->context;
-    failure.object = cq_;
-    reactor_.report(failure);
-  }
-
-  void call_handler(const CompletionBatch& batch) noexcept {
-    acquire_before_completion(cq_);  // what was written before the post
-    if (auto threw = exception_text([&] { handler_(batch); })) {
-      report(Failure::handler_threw("completion handler", std::move(*threw)));
-    }
-  }
-
-  // The batch to the handler, less the completions ibev takes for itself,
-  // whose callbacks run right after it, on the same thread or task: after
-  // the handler has had every completion polled before them.
-  void hand_over(ibv_wc* wcs, std::size_t n) noexcept {
-    std::vector<std::pair<std::shared_ptr<Taker>, ibv_wc>> taken;
-    if (takers_armed_.load() != 0) n = take_ours(wcs, n, taken);
-    bump(stats_.completions, n);
-    bump(reactor_.stats().work_completions, n);
-    if (!taken.empty()) bump(stats_.markers, taken.size());
-    if (!options_.executor) {
-      if (n > 0) call_handler(CompletionBatch{cq_, wcs, n});
-      for (const auto& [taker, wc] : taken) call_taker(*taker, wc);
-      return;
-    }
-    try {
-      options_.executor([self = self_.lock(), copy = std::vector<ibv_wc>(wcs, wcs + n),
-                         taken = std::move(taken)]() noexcept {
-        if (!self->guard_.try_enter()) return;  // released meanwhile
-        if (!copy.empty()) {
-          self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
-        }
-        for (const auto& [taker, wc] : taken) self->call_taker(*taker, wc);
-        self->guard_.leave();
-      });
-    } catch (const std::exception& e) {
-      report(Failure::handler_threw(
-          "executor", std::string("the executor refused a completion batch: ") + e.what()));
-    }
-  }
-
- public:
+  // One turn of the CQ (below); `drained`: completions taken for this event
+  // already.
+  void serve_turn(std::uint64_t drained, bool for_event) noexcept;
+  // Polls into the handler, at most `limit`; returns how many it took.
+  std::uint64_t drain(std::uint64_t limit) noexcept;
   // See Dispatcher::take_completion.
   Handle take(std::uint32_t qp_num, std::uint64_t wr_id,
-              std::function<void(const ibv_wc&)> taken) {
-    auto taker = std::make_shared<Taker>();
-    taker->qp_num = qp_num;
-    taker->wr_id = wr_id;
-    taker->taken = std::move(taken);
-    std::call_once(takers_made_, [this] { takers_ = std::make_unique<Takers>(); });
-    {
-      std::lock_guard<std::mutex> lock(takers_->mutex);
-      takers_->waiting.push_back(taker);
-      ++takers_armed_;
-    }
-    return Handle([weak = self_, taker]() noexcept {
-      if (auto self = weak.lock()) self->forget(*taker);
-      taker->guard.close();
-      taker->guard.wait_idle();
-    });
-  }
+              std::function<void(const ibv_wc&)> taken);
 
  private:
   struct Taker {
@@ -229,61 +90,15 @@ class CqEntry {
     std::mutex mutex;
     std::vector<std::shared_ptr<Taker>> waiting;
   };
+  using Taken = std::vector<std::pair<std::shared_ptr<Taker>, ibv_wc>>;
 
-  // Moves the completions a Taker waits for out of `wcs` (each Taker takes
-  // one, once); returns how many are left, in their order.
-  std::size_t take_ours(ibv_wc* wcs, std::size_t n,
-                        std::vector<std::pair<std::shared_ptr<Taker>, ibv_wc>>& taken) noexcept {
-    // takers_ was made before takers_armed_ first counted one (seen above).
-    std::lock_guard<std::mutex> lock(takers_->mutex);
-    std::vector<std::shared_ptr<Taker>>& waiting = takers_->waiting;
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      auto it = std::find_if(waiting.begin(), waiting.end(), [&](const auto& taker) {
-        return taker->qp_num == wcs[i].qp_num && taker->wr_id == wcs[i].wr_id;
-      });
-      if (it == waiting.end()) {
-        wcs[kept++] = wcs[i];
-        continue;
-      }
-      try {
-        taken.emplace_back(*it, wcs[i]);
-      } catch (const std::bad_alloc&) {
-        report(Failure::verb_failed("CqEntry::take_ours", ENOMEM, "a drain marker was lost"));
-      }
-      waiting.erase(it);
-      --takers_armed_;
-    }
-    return kept;
-  }
-
-  // Only reached through a Handle that take() made: takers_ exists.
-  void forget(const Taker& taker) noexcept {
-    std::lock_guard<std::mutex> lock(takers_->mutex);
-    std::vector<std::shared_ptr<Taker>>& waiting = takers_->waiting;
-    auto it = std::find_if(waiting.begin(), waiting.end(),
-                           [&](const auto& t) { return t.get() == &taker; });
-    if (it == waiting.end()) return;
-    waiting.erase(it);
-    --takers_armed_;
-  }
-
-  void call_taker(Taker& taker, const ibv_wc& wc) noexcept {
-    if (!taker.guard.try_enter()) return;  // released meanwhile
-    if (auto threw = exception_text([&] { taker.taken(wc); })) {
-      report(Failure::handler_threw("ibev's own completion", std::move(*threw)));
-    }
-    taker.guard.leave();
-  }
-
-  void yield() noexcept {
-    bump(stats_.yields);
-    reactor_.defer([self = self_.lock()] {
-      if (!self->guard_.try_enter()) return;  // released meanwhile
-      self->serve_turn(0, false);
-      self->guard_.leave();
-    });
-  }
+  void hand_over(ibv_wc* wcs, std::size_t n) noexcept;
+  void call_handler(const CompletionBatch& batch) noexcept;
+  void yield() noexcept;
+  void report(Failure failure) noexcept;
+  std::size_t take_ours(ibv_wc* wcs, std::size_t n, Taken& taken) noexcept;
+  void forget(const Taker& taker) noexcept;
+  void call_taker(Taker& taker, const ibv_wc& wc) noexcept;
 
   std::weak_ptr<CqEntry> self_;
   Reactor& reactor_;
@@ -361,93 +176,21 @@ class ChannelCqs {
   std::vector<Entry> several_;    // two or more
 };
 
+// One completion channel in the reactor: its fd, the CQs watched on it.
 class ChannelSource final : public Source {
  public:
   ChannelSource(Reactor& reactor, ibv_comp_channel* channel, int original_flags)
       : Source(channel->fd, original_flags), reactor_(reactor), channel_(channel) {}
+
+  void serve(std::uint32_t revents) noexcept override;
 
   // Taken around ibv_get_cq_event and the ack count, and by a release, so
   // that a release sees every event read for its CQ and acks it.
   std::mutex mutex;
   ChannelCqs cqs;
 
-  // A CQ raises one event per arm, and is re-armed only after its event is
-  // read: so the channel holds at most one event per watched CQ, and reading
-  // more would only find EAGAIN, a system call on every wake-up of a
-  // latency-bound loop. With one CQ on the channel, drain it before reading
-  // its event: the handler's reply then costs no system call after the
-  // wake-up. Reading the event, counting it and re-arming follow, so the arm
-  // still precedes the last drain. (If that CQ was released meanwhile, the
-  // event read below is a stale one: acked there.)
-  void serve(std::uint32_t) noexcept override {
-    unsigned events_to_read;
-    std::shared_ptr<CqEntry> only_cq;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      events_to_read = static_cast<unsigned>(std::min<std::size_t>(
-          reactor_.options().batch, std::max<std::size_t>(cqs.size(), 1)));
-      only_cq = cqs.only();
-    }
-    std::uint64_t drained_early = 0;
-    if (only_cq && only_cq->guard().try_enter()) {
-      drained_early = only_cq->drain(only_cq->options().budget);
-      only_cq->guard().leave();
-    }
-    for (unsigned i = 0; i < events_to_read && !guard().closed(); ++i) {
-      if (test_seams::before_source_read != nullptr) test_seams::before_source_read(fd());
-      std::shared_ptr<CqEntry> entry = take_event();
-      if (!entry) return;
-      if (!entry->guard().try_enter()) continue;
-      entry->serve_turn(entry == only_cq ? std::exchange(drained_early, 0) : 0, true);
-      entry->guard().leave();
-    }
-  }
-
  private:
-  // Reads one channel event and counts it for its CQ's ack; null when there
-  // was none (or an error, reported), or when the channel left the loop. An
-  // event of a CQ no longer watched is acked here, so that destroying the CQ
-  // does not wait.
-  std::shared_ptr<CqEntry> take_event() noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
-    // Its last CQ's release retires the channel under this lock, giving the
-    // fd its blocking flags back: read after that, and this thread waits for
-    // an event that may never come while the release waits for it. The event
-    // left unread goes with the CQ's destruction.
-    if (guard().closed()) return nullptr;
-    for (;;) {
-      ibv_cq* cq = nullptr;
-      void* cq_context = nullptr;
-      if (ibv_get_cq_event(channel_, &cq, &cq_context) != 0) {
-        const int error = errno;
-        if (error == EAGAIN || error == EWOULDBLOCK) {
-          bump(reactor_.stats().empty_channel_reads);
-        } else if (error != EINTR) {
-          Failure failure = Failure::verb_failed("ibv_get_cq_event", error);
-          failure.device = channel_->context;
-          failure.object = channel_;
-          reactor_.report(failure);
-        }
-        return nullptr;
-      }
-      bump(reactor_.stats().completion_events);
-      std::shared_ptr<CqEntry> found = cqs.find(cq);
-      if (!found) {
-        ibv_ack_cq_events(cq, 1);
-        bump(reactor_.stats().cq_ack_calls);
-        continue;
-      }
-      CqEntry& entry = *found;
-      bump(entry.stats().events);
-      if (++entry.unacked >= entry.options().ack_batch) {
-        ibv_ack_cq_events(cq, entry.unacked);
-        entry.unacked = 0;
-        bump(entry.stats().ack_calls);
-        bump(reactor_.stats().cq_ack_calls);
-      }
-      return found;
-    }
-  }
+  std::shared_ptr<CqEntry> take_event() noexcept;
 
   Reactor& reactor_;
   ibv_comp_channel* const channel_;
@@ -464,6 +207,291 @@ struct ChannelWithFirstCq {
   ChannelSource source;
   CqEntry first;
 };
+
+// Below watch_completions, which makes the handle that calls it.
+void stop_watching(const std::shared_ptr<Reactor>& reactor,
+                   const std::shared_ptr<ChannelSource>& source, CqEntry& entry,
+                   pid_t owner) noexcept;
+
+// --- One completion's path ---
+
+// A CQ raises one event per arm, and is re-armed only after its event is
+// read: so the channel holds at most one event per watched CQ, and reading
+// more would only find EAGAIN, a system call on every wake-up of a
+// latency-bound loop. With one CQ on the channel, drain it before reading
+// its event: the handler's reply then costs no system call after the
+// wake-up. Reading the event, counting it and re-arming follow, so the arm
+// still precedes the last drain. (If that CQ was released meanwhile, the
+// event read below is a stale one: acked there.)
+void ChannelSource::serve(std::uint32_t) noexcept {
+  unsigned events_to_read;
+  std::shared_ptr<CqEntry> only_cq;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    events_to_read = static_cast<unsigned>(std::min<std::size_t>(
+        reactor_.options().batch, std::max<std::size_t>(cqs.size(), 1)));
+    only_cq = cqs.only();
+  }
+  std::uint64_t drained_early = 0;
+  if (only_cq) {
+    if (const auto entered = only_cq->guard().enter()) {
+      drained_early = only_cq->drain(only_cq->options().budget);
+    }
+  }
+  for (unsigned i = 0; i < events_to_read && !guard().closed(); ++i) {
+    if (test_seams::before_source_read != nullptr) test_seams::before_source_read(fd());
+    std::shared_ptr<CqEntry> entry = take_event();
+    if (!entry) return;
+    if (const auto entered = entry->guard().enter()) {
+      entry->serve_turn(entry == only_cq ? std::exchange(drained_early, 0) : 0, true);
+    }
+  }
+}
+
+// Reads one channel event and counts it for its CQ's ack; null when there
+// was none (or an error, reported), or when the channel left the loop. An
+// event of a CQ no longer watched is acked here, so that destroying the CQ
+// does not wait.
+std::shared_ptr<CqEntry> ChannelSource::take_event() noexcept {
+  std::lock_guard<std::mutex> lock(mutex);
+  // Its last CQ's release retires the channel under this lock, giving the
+  // fd its blocking flags back: read after that, and this thread waits for
+  // an event that may never come while the release waits for it. The event
+  // left unread goes with the CQ's destruction.
+  if (guard().closed()) return nullptr;
+  for (;;) {
+    ibv_cq* cq = nullptr;
+    void* cq_context = nullptr;
+    if (ibv_get_cq_event(channel_, &cq, &cq_context) != 0) {
+      const int error = errno;
+      if (error == EAGAIN || error == EWOULDBLOCK) {
+        bump(reactor_.stats().empty_channel_reads);
+      } else if (error != EINTR) {
+        Failure failure = Failure::verb_failed("ibv_get_cq_event", error);
+        failure.device = channel_->context;
+        failure.object = channel_;
+        reactor_.report(failure);
+      }
+      return nullptr;
+    }
+    bump(reactor_.stats().completion_events);
+    std::shared_ptr<CqEntry> found = cqs.find(cq);
+    if (!found) {
+      ibv_ack_cq_events(cq, 1);
+      bump(reactor_.stats().cq_ack_calls);
+      continue;
+    }
+    CqEntry& entry = *found;
+    bump(entry.stats().events);
+    if (++entry.unacked >= entry.options().ack_batch) {
+      ibv_ack_cq_events(cq, entry.unacked);
+      entry.unacked = 0;
+      bump(entry.stats().ack_calls);
+      bump(reactor_.stats().cq_ack_calls);
+    }
+    return found;
+  }
+}
+
+// One turn of the CQ, after its channel event (`for_event`) or when it was
+// deferred: drain, re-arm, drain again. The first drain runs the handler
+// before the re-arm's system call, so a reply goes out one verb sooner than
+// with arm-then-drain; the drain after the re-arm takes whatever landed
+// before it, and a completion landing after it raises a new event, even if
+// this drain takes it (that event then finds the CQ empty: counted, not an
+// error). In adaptive mode, keep polling between the first drain and the
+// re-arm while completions come, until the CQ has been quiet for the poll
+// budget.
+//
+// The turn is bounded: at most `budget` completions, and adaptive polling
+// at most one poll budget long, and no longer than it takes to see that
+// another source is ready while the CQ is empty. A turn that ends on its bound leaves the
+// CQ unarmed and deferred, so the reactor serves every other ready source
+// and comes back without sleeping (the kernel's cq.c requeues its poll
+// work the same way). `drained`: completions taken for this event already.
+void CqEntry::serve_turn(std::uint64_t drained, bool for_event) noexcept {
+  const std::uint64_t budget = options_.budget;
+  const auto poll_budget = options_.poll_budget;
+  const bool adaptive = options_.mode == CompletionMode::kAdaptive;
+  drained += drain(budget - std::min(drained, budget));
+  if (adaptive && test_seams::adaptive_turn_drained != nullptr) {
+    test_seams::adaptive_turn_drained(cq_, drained);
+  }
+  if (adaptive && (for_event || drained > 0)) {
+    quiet_since_ = std::chrono::steady_clock::now();
+  }
+  if (drained >= budget) return yield();
+  if (adaptive) {
+    // Reading the clock costs more than an empty poll: look every 64 polls.
+    const auto turn_start = std::chrono::steady_clock::now();
+    for (unsigned empty = 0; watched(); ++empty) {
+      if (const std::uint64_t more = drain(budget - drained); more > 0) {
+        drained += more;
+        bump(stats_.polled, more);
+        quiet_since_ = std::chrono::steady_clock::now();
+        if (drained >= budget || quiet_since_ - turn_start >= poll_budget) {
+          return yield();
+        }
+        empty = 0;
+      } else if (empty % 64 == 63) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - quiet_since_ >= poll_budget) break;  // quiet: arm and sleep
+        // Spinning on an empty CQ while another source is ready would
+        // hold it for up to a poll budget: give way, and spin on next turn
+        // (the quiet clock goes on).
+        if (now - turn_start >= poll_budget || reactor_.work_waiting()) return yield();
+      }
+    }
+  }
+  if (watched()) {
+    if (const int rc = ibv_req_notify_cq(cq_, options_.solicited_only ? 1 : 0); rc != 0) {
+      report(Failure::verb_failed("ibv_req_notify_cq", rc));
+    }
+    if (adaptive && test_seams::adaptive_cq_armed != nullptr) test_seams::adaptive_cq_armed(cq_);
+    drained += drain(budget - drained);
+    if (drained >= budget) return yield();
+  }
+  if (drained == 0 && for_event) {
+    bump(stats_.empty_events);
+    bump(reactor_.stats().empty_completion_events);
+  }
+}
+
+// Polls the CQ until it is empty, the watch is released or `limit`
+// completions were taken, handing each batch to the handler; returns how
+// many it took (== limit: the CQ may hold more).
+std::uint64_t CqEntry::drain(std::uint64_t limit) noexcept {
+  std::array<ibv_wc, 256> wcs;  // hand_over takes ibev's own out of it
+  std::uint64_t drained = 0;
+  while (drained < limit && watched()) {
+    const auto want = std::min<std::uint64_t>(options_.poll_batch, limit - drained);
+    const int n = ibv_poll_cq(cq_, static_cast<int>(want), wcs.data());
+    if (n < 0) {
+      report(Failure::verb_failed("ibv_poll_cq", -n));
+      break;
+    }
+    if (n == 0) break;
+    drained += static_cast<std::uint64_t>(n);
+    hand_over(wcs.data(), static_cast<std::size_t>(n));
+  }
+  return drained;
+}
+
+// The batch to the handler, less the completions ibev takes for itself,
+// whose callbacks run right after it, on the same thread or task: after
+// the handler has had every completion polled before them.
+void CqEntry::hand_over(ibv_wc* wcs, std::size_t n) noexcept {
+  std::vector<std::pair<std::shared_ptr<Taker>, ibv_wc>> taken;
+  if (takers_armed_.load() != 0) n = take_ours(wcs, n, taken);
+  bump(stats_.completions, n);
+  bump(reactor_.stats().work_completions, n);
+  if (!taken.empty()) bump(stats_.markers, taken.size());
+  if (!options_.executor) {
+    if (n > 0) call_handler(CompletionBatch{cq_, wcs, n});
+    for (const auto& [taker, wc] : taken) call_taker(*taker, wc);
+    return;
+  }
+  hand_to(
+      options_.executor,
+      [&] {
+        return [self = self_.lock(), copy = std::vector<ibv_wc>(wcs, wcs + n),
+                taken = std::move(taken)]() noexcept {
+          const auto entered = self->guard_.enter();
+          if (!entered) return;  // released meanwhile
+          if (!copy.empty()) {
+            self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
+          }
+          for (const auto& [taker, wc] : taken) self->call_taker(*taker, wc);
+        };
+      },
+      "a completion batch", [this](Failure failure) { report(std::move(failure)); });
+}
+
+void CqEntry::call_handler(const CompletionBatch& batch) noexcept {
+  acquire_before_completion(cq_);  // what was written before the post
+  if (auto threw = exception_text([&] { handler_(batch); })) {
+    report(Failure::handler_threw(std::string(kCompletionHandler), std::move(*threw)));
+  }
+}
+
+void CqEntry::yield() noexcept {
+  bump(stats_.yields);
+  reactor_.defer([self = self_.lock()] {
+    if (const auto entered = self->guard_.enter()) self->serve_turn(0, false);
+  });
+}
+
+void CqEntry::report(Failure failure) noexcept {
+  failure.device = cq_->context;
+  failure.object = cq_;
+  reactor_.report(failure);
+}
+
+// --- ibev's own completions: a drain's markers ---
+
+// See Dispatcher::take_completion.
+Handle CqEntry::take(std::uint32_t qp_num, std::uint64_t wr_id,
+                     std::function<void(const ibv_wc&)> taken) {
+  auto taker = std::make_shared<Taker>();
+  taker->qp_num = qp_num;
+  taker->wr_id = wr_id;
+  taker->taken = std::move(taken);
+  std::call_once(takers_made_, [this] { takers_ = std::make_unique<Takers>(); });
+  {
+    std::lock_guard<std::mutex> lock(takers_->mutex);
+    takers_->waiting.push_back(taker);
+    ++takers_armed_;
+  }
+  return Handle([weak = self_, taker]() noexcept {
+    if (auto self = weak.lock()) self->forget(*taker);
+    taker->guard.close();
+    taker->guard.wait_idle();
+  });
+}
+
+// Moves the completions a Taker waits for out of `wcs` (each Taker takes
+// one, once); returns how many are left, in their order.
+std::size_t CqEntry::take_ours(ibv_wc* wcs, std::size_t n, Taken& taken) noexcept {
+  // takers_ was made before takers_armed_ first counted one (seen above).
+  std::lock_guard<std::mutex> lock(takers_->mutex);
+  std::vector<std::shared_ptr<Taker>>& waiting = takers_->waiting;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto it = std::find_if(waiting.begin(), waiting.end(), [&](const auto& taker) {
+      return taker->qp_num == wcs[i].qp_num && taker->wr_id == wcs[i].wr_id;
+    });
+    if (it == waiting.end()) {
+      wcs[kept++] = wcs[i];
+      continue;
+    }
+    try {
+      taken.emplace_back(*it, wcs[i]);
+    } catch (const std::bad_alloc&) {
+      report(Failure::verb_failed("CqEntry::take_ours", ENOMEM, "a drain marker was lost"));
+    }
+    waiting.erase(it);
+    --takers_armed_;
+  }
+  return kept;
+}
+
+// Only reached through a Handle that take() made: takers_ exists.
+void CqEntry::forget(const Taker& taker) noexcept {
+  std::lock_guard<std::mutex> lock(takers_->mutex);
+  std::vector<std::shared_ptr<Taker>>& waiting = takers_->waiting;
+  auto it = std::find_if(waiting.begin(), waiting.end(),
+                         [&](const auto& t) { return t.get() == &taker; });
+  if (it == waiting.end()) return;
+  waiting.erase(it);
+  --takers_armed_;
+}
+
+void CqEntry::call_taker(Taker& taker, const ibv_wc& wc) noexcept {
+  guarded_call(taker.guard, "ibev's own completion", [&] { taker.taken(wc); },
+               [this](Failure failure) { report(std::move(failure)); });
+}
+
+// --- Watching a CQ, and its teardown ---
 
 void validate(ibv_cq* cq, const CompletionOptions& options,
               const CompletionHandler& handler) {
@@ -488,6 +516,11 @@ void validate(ibv_cq* cq, const CompletionOptions& options,
   }
 }
 
+// The channel source serving `cq`'s channel, if any. The reactor's table
+// knows no kinds (source.h), and a channel shared by several CQs is found
+// there by its fd: this cast, and the one in watch_completions, are the only
+// places a source's kind is asked, and each is checked (another kind of
+// source on a channel's fd is the caller's error, or none).
 std::shared_ptr<ChannelSource> channel_of(Reactor& reactor, ibv_cq* cq) {
   std::lock_guard<std::mutex> lock(reactor.mutex());
   return std::dynamic_pointer_cast<ChannelSource>(
@@ -538,48 +571,7 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
   Handle handle([weak = std::weak_ptr<Reactor>(reactor),
                  weak_source = std::weak_ptr<ChannelSource>(source), entry,
                  owner = reactor->owner()]() noexcept {
-    if (::getpid() != owner) return;  // a forked child's copy: inert
-    entry->guard().close();
-    // Every event read for this CQ was counted in `unacked`: ack them all,
-    // so that ibv_destroy_cq does not wait, whether or not the Dispatcher
-    // still exists (gone, its thread is joined and nothing else counts).
-    const auto ack_leftovers = [&entry] {
-      if (entry->unacked == 0) return false;
-      ibv_ack_cq_events(entry->cq(), entry->unacked);
-      entry->unacked = 0;
-      bump(entry->stats().ack_calls);
-      return true;
-    };
-    auto reactor = weak.lock();
-    auto source = weak_source.lock();
-    std::shared_ptr<Source> retired;
-    bool closed_behind_our_back = false;
-    {
-      std::unique_lock<std::mutex> lock;
-      if (reactor) lock = std::unique_lock<std::mutex>(reactor->mutex());
-      if (source) {
-        // Leaving the channel also ends the channel's hold on its first
-        // CQ, which shares the channel's allocation: this runs whether or
-        // not the Dispatcher is still there.
-        std::lock_guard<std::mutex> channel_lock(source->mutex);
-        source->cqs.erase(entry->cq());
-        if (ack_leftovers() && reactor) bump(reactor->stats().cq_ack_calls);
-        // The last CQ of the channel: stop watching the channel, so that it
-        // can be destroyed. A CQ watched on it later adds it again.
-        if (reactor && source->cqs.empty()) {
-          retired = reactor->take_locked(source->id());
-          if (retired && !reactor->retire_locked(*retired)) closed_behind_our_back = true;
-        }
-      } else {
-        ack_leftovers();
-      }
-    }
-    if (closed_behind_our_back) reactor->report_closed_fd(*retired);
-    if (retired && test_seams::after_channel_retired != nullptr) {
-      test_seams::after_channel_retired(entry->cq()->channel);
-    }
-    entry->guard().wait_idle();
-    if (retired) retired->guard().wait_idle();
+    stop_watching(weak.lock(), weak_source.lock(), *entry, owner);
   });
 
   // Armed before the caller can make any completion arrive.
@@ -589,6 +581,58 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
   }
   return handle;
 }
+
+namespace {
+
+// A CQ's watch released: no turn of it starts again; it leaves its channel,
+// whose events read for it are acked (so that ibv_destroy_cq does not wait),
+// whether or not the Dispatcher still exists (gone, its thread is joined
+// and nothing else counts); with its channel's last CQ the channel leaves
+// the reactor. Then it waits for a turn in progress (unless this is it).
+void stop_watching(const std::shared_ptr<Reactor>& reactor,
+                   const std::shared_ptr<ChannelSource>& source, CqEntry& entry,
+                   pid_t owner) noexcept {
+  if (::getpid() != owner) return;  // a forked child's copy: inert
+  entry.guard().close();
+  // Every event read for this CQ was counted in `unacked`.
+  const auto ack_leftovers = [&entry] {
+    if (entry.unacked == 0) return false;
+    ibv_ack_cq_events(entry.cq(), entry.unacked);
+    entry.unacked = 0;
+    bump(entry.stats().ack_calls);
+    return true;
+  };
+  std::shared_ptr<Source> retired;
+  bool closed_behind_our_back = false;
+  {
+    std::unique_lock<std::mutex> lock;
+    if (reactor) lock = std::unique_lock<std::mutex>(reactor->mutex());
+    if (source) {
+      // Leaving the channel also ends the channel's hold on its first
+      // CQ, which shares the channel's allocation: this runs whether or
+      // not the Dispatcher is still there.
+      std::lock_guard<std::mutex> channel_lock(source->mutex);
+      source->cqs.erase(entry.cq());
+      if (ack_leftovers() && reactor) bump(reactor->stats().cq_ack_calls);
+      // The last CQ of the channel: stop watching the channel, so that it
+      // can be destroyed. A CQ watched on it later adds it again.
+      if (reactor && source->cqs.empty()) {
+        retired = reactor->take_locked(source->id());
+        if (retired && !reactor->retire_locked(*retired)) closed_behind_our_back = true;
+      }
+    } else {
+      ack_leftovers();
+    }
+  }
+  if (closed_behind_our_back) reactor->report_closed_fd(*retired);
+  if (retired && test_seams::after_channel_retired != nullptr) {
+    test_seams::after_channel_retired(entry.cq()->channel);
+  }
+  entry.guard().wait_idle();
+  if (retired) retired->guard().wait_idle();
+}
+
+}  // namespace
 
 Handle take_completion(Reactor& reactor, ibv_cq* cq, std::uint32_t qp_num, std::uint64_t wr_id,
                        std::function<void(const ibv_wc&)> taken) {

@@ -3,7 +3,8 @@
 // node -> for a removal, the async sources of that device lose it (their
 // listeners hear DEVICE_FATAL) -> every watcher hears the change.
 //
-// Three ways to notice, the first that starts for kAuto:
+// Three ways to notice, the first that starts for kAuto, each a Monitor
+// that serves its own fd:
 //  - uevents: a NETLINK_KOBJECT_UEVENT socket bound to the kernel's group,
 //    taking `ACTION=add|remove SUBSYSTEM=infiniband_verbs
 //    DEVNAME=infiniband/uverbsN`. The kernel's own word, ~0.1 s into a delete.
@@ -14,8 +15,8 @@
 // The known set is kept whatever the kind, and a rescan reconciles it when
 // the kernel's messages may have been lost (ENOBUFS, a folder just watched).
 //
-// Locking: the known set is the dispatching thread's; the two callback lists
-// have their own (core/callback_list.h).
+// Locking: the known set is the dispatching thread's; the two subscriber
+// lists lock themselves (core/subscriber_lists.h), never across a call.
 #include "device_tracker.h"
 
 #include <dirent.h>
@@ -28,6 +29,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -36,13 +38,6 @@
 #include "sources.h"
 
 namespace ibev::detail {
-
-struct DeviceTracker::Private {
-  explicit Private(int fd) : fd(fd) {}
-  FileDescriptor fd;
-  int dev_watch = -1;         // inotify: /dev
-  int infiniband_watch = -1;  // inotify: /dev/infiniband
-};
 
 namespace {
 
@@ -64,69 +59,6 @@ std::set<std::string> nodes_present() {
   }
   ::closedir(dir);
   return nodes;
-}
-
-std::unique_ptr<DeviceTracker::Private> open_uevents() {
-  const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                          NETLINK_KOBJECT_UEVENT);
-  if (fd < 0) throw_system_error("socket(NETLINK_KOBJECT_UEVENT)", errno);
-  auto fds = std::make_unique<DeviceTracker::Private>(fd);
-  // A burst of uevents (a hundred netdevs going) must not overflow it; a
-  // lost one is recovered by a rescan anyway.
-  const int buffer = 1 << 20;
-  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buffer, sizeof buffer) != 0) {
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer);
-  }
-  sockaddr_nl address{};
-  address.nl_family = AF_NETLINK;
-  address.nl_groups = 1;  // the kernel's uevents (2 is udev's re-broadcast)
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    throw_system_error("bind(NETLINK_KOBJECT_UEVENT)", errno);
-  }
-  return fds;
-}
-
-int add_watch(int fd, const char* path, std::uint32_t mask) {
-  return ::inotify_add_watch(fd, path, mask);
-}
-
-std::unique_ptr<DeviceTracker::Private> open_inotify() {
-  const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0) throw_system_error("inotify_init1", errno);
-  auto fds = std::make_unique<DeviceTracker::Private>(fd);
-  fds->dev_watch = add_watch(fd, "/dev", IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
-  if (fds->dev_watch < 0) throw_system_error("inotify_add_watch(/dev)", errno);
-  // Absent until the first device: /dev's watch says when it comes.
-  fds->infiniband_watch =
-      add_watch(fd, kDevFolder, IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR);
-  return fds;
-}
-
-std::unique_ptr<DeviceTracker::Private> open_rescan_timer() {
-  const int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (fd < 0) throw_system_error("timerfd_create", errno);
-  auto fds = std::make_unique<DeviceTracker::Private>(fd);
-  itimerspec period{};
-  period.it_interval.tv_nsec =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(kRescanPeriod).count();
-  period.it_value = period.it_interval;
-  if (::timerfd_settime(fd, 0, &period, nullptr) != 0) {
-    throw_system_error("timerfd_settime", errno);
-  }
-  return fds;
-}
-
-std::unique_ptr<DeviceTracker::Private> open_kind(DeviceMonitor kind) {
-  switch (kind) {
-    case DeviceMonitor::kUevents:
-      return open_uevents();
-    case DeviceMonitor::kInotify:
-      return open_inotify();
-    case DeviceMonitor::kRescan:
-      return open_rescan_timer();
-    default:
-      throw std::invalid_argument("DeviceTracker: no such kind");
-  }
 }
 
 // One uevent: "ACTION@DEVPATH\0KEY=VALUE\0...". The change it means for an
@@ -152,48 +84,43 @@ std::optional<std::pair<DeviceChange, std::string>> parse_uevent(const char* dat
 
 }  // namespace
 
-std::shared_ptr<DeviceTracker> DeviceTracker::start(const std::shared_ptr<Reactor>& reactor,
-                                                    DeviceMonitor wanted) {
-  std::unique_ptr<Private> fds;
-  DeviceMonitor kind = wanted;
-  if (wanted == DeviceMonitor::kAuto) {
-    for (DeviceMonitor candidate :
-         {DeviceMonitor::kUevents, DeviceMonitor::kInotify, DeviceMonitor::kRescan}) {
-      try {
-        fds = open_kind(candidate);
-        kind = candidate;
-        break;
-      } catch (const std::system_error&) {
-        if (candidate == DeviceMonitor::kRescan) throw;
-      }
+// One way of noticing (Dispatcher::Options::device_monitor): its fd, and
+// serve(), which reads what the fd says and tells the tracker each change.
+class DeviceTracker::Monitor {
+ public:
+  explicit Monitor(int fd) : fd_(fd) {}
+  virtual ~Monitor() = default;
+  int fd() const noexcept { return fd_.get(); }
+  // The fd is readable: at most kMessagesPerTurn reads.
+  virtual void serve(DeviceTracker& tracker) noexcept = 0;
+
+ private:
+  FileDescriptor fd_;
+};
+
+namespace {
+
+// The kernel's uevents: ACTION=add|remove of SUBSYSTEM=infiniband_verbs.
+class UeventMonitor final : public DeviceTracker::Monitor {
+ public:
+  UeventMonitor() : Monitor(open_socket()) {
+    // A burst of uevents (a hundred netdevs going) must not overflow it; a
+    // lost one is recovered by a rescan anyway.
+    const int buffer = 1 << 20;
+    if (::setsockopt(fd(), SOL_SOCKET, SO_RCVBUFFORCE, &buffer, sizeof buffer) != 0) {
+      ::setsockopt(fd(), SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer);
     }
-  } else {
-    fds = open_kind(wanted);
+    sockaddr_nl address{};
+    address.nl_family = AF_NETLINK;
+    address.nl_groups = 1;  // the kernel's uevents (2 is udev's re-broadcast)
+    if (::bind(fd(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      throw_system_error("bind(NETLINK_KOBJECT_UEVENT)", errno);
+    }
   }
-  const int fd = fds->fd.get();
-  auto tracker = std::make_shared<DeviceTracker>(reactor, kind, std::move(fds));
-  // Known before the first message, so that each message is a change.
-  tracker->present_ = nodes_present();
-  tracker->served_ = watch_fd(
-      reactor, fd, EPOLLIN,
-      [weak = std::weak_ptr<DeviceTracker>(tracker)](std::uint32_t) {
-        if (auto self = weak.lock()) self->serve();
-      },
-      {});
-  return tracker;
-}
 
-DeviceTracker::DeviceTracker(std::shared_ptr<Reactor> reactor, DeviceMonitor kind,
-                             std::unique_ptr<Private> fds)
-    : reactor_(std::move(reactor)), kind_(kind), fds_(std::move(fds)) {}
-
-DeviceTracker::~DeviceTracker() { served_.release(); }
-
-void DeviceTracker::serve() noexcept {
-  const int fd = fds_->fd.get();
-  alignas(8) char buffer[8192];
-  for (int i = 0; i < kMessagesPerTurn; ++i) {
-    if (kind_ == DeviceMonitor::kUevents) {
+  void serve(DeviceTracker& tracker) noexcept override {
+    alignas(8) char buffer[8192];
+    for (int i = 0; i < kMessagesPerTurn; ++i) {
       sockaddr_nl sender{};
       iovec io{buffer, sizeof buffer};
       msghdr message{};
@@ -201,27 +128,51 @@ void DeviceTracker::serve() noexcept {
       message.msg_namelen = sizeof sender;
       message.msg_iov = &io;
       message.msg_iovlen = 1;
-      const ssize_t n = ::recvmsg(fd, &message, 0);
+      const ssize_t n = ::recvmsg(fd(), &message, 0);
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
         if (errno == EINTR) continue;
         if (errno == ENOBUFS) {  // the kernel dropped some: ask the truth
-          rescan();
+          tracker.rescan();
           continue;
         }
-        report_verb("recvmsg(NETLINK_KOBJECT_UEVENT)", errno);
+        tracker.report_verb("recvmsg(NETLINK_KOBJECT_UEVENT)", errno);
         return;
       }
       if (sender.nl_pid != 0) continue;  // only the kernel speaks here
       if (auto change = parse_uevent(buffer, static_cast<std::size_t>(n))) {
-        apply(change->first, change->second);
+        tracker.apply(change->first, change->second);
       }
-    } else if (kind_ == DeviceMonitor::kInotify) {
-      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    }
+  }
+
+ private:
+  static int open_socket() {
+    const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                            NETLINK_KOBJECT_UEVENT);
+    if (fd < 0) throw_system_error("socket(NETLINK_KOBJECT_UEVENT)", errno);
+    return fd;
+  }
+};
+
+// /dev/infiniband's nodes made and deleted, and /dev for the folder itself.
+class InotifyMonitor final : public DeviceTracker::Monitor {
+ public:
+  InotifyMonitor() : Monitor(open_inotify()) {
+    dev_watch_ = ::inotify_add_watch(fd(), "/dev", IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
+    if (dev_watch_ < 0) throw_system_error("inotify_add_watch(/dev)", errno);
+    // Absent until the first device: /dev's watch says when it comes.
+    watch_folder();
+  }
+
+  void serve(DeviceTracker& tracker) noexcept override {
+    alignas(8) char buffer[8192];
+    for (int i = 0; i < kMessagesPerTurn; ++i) {
+      const ssize_t n = ::read(fd(), buffer, sizeof buffer);
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
         if (errno == EINTR) continue;
-        report_verb("read(inotify)", errno);
+        tracker.report_verb("read(inotify)", errno);
         return;
       }
       bool reconcile = false;
@@ -231,39 +182,127 @@ void DeviceTracker::serve() noexcept {
         const std::string name = event.len > 0 ? std::string(buffer + at + sizeof event) : "";
         at += static_cast<ssize_t>(sizeof event + event.len);
         if ((event.mask & IN_Q_OVERFLOW) != 0) reconcile = true;
-        if (event.wd == fds_->dev_watch && name == "infiniband") {
+        if (event.wd == dev_watch_ && name == "infiniband") {
           // The folder came: watch it, and look, as its first nodes may have
           // been made before the watch was.
-          fds_->infiniband_watch = add_watch(fd, kDevFolder,
-                                             IN_CREATE | IN_DELETE | IN_MOVED_FROM |
-                                                 IN_MOVED_TO | IN_ONLYDIR);
+          watch_folder();
           reconcile = true;
-        } else if (event.wd == fds_->infiniband_watch && is_uverbs_node(name)) {
-          if ((event.mask & (IN_CREATE | IN_MOVED_TO)) != 0) apply(DeviceChange::kAdded, name);
+        } else if (event.wd == folder_watch_ && is_uverbs_node(name)) {
+          if ((event.mask & (IN_CREATE | IN_MOVED_TO)) != 0) {
+            tracker.apply(DeviceChange::kAdded, name);
+          }
           if ((event.mask & (IN_DELETE | IN_MOVED_FROM)) != 0) {
-            apply(DeviceChange::kRemoved, name);
+            tracker.apply(DeviceChange::kRemoved, name);
           }
         }
       }
-      if (reconcile) rescan();
-    } else {
-      std::uint64_t expirations;
-      if (::read(fd, &expirations, sizeof expirations) < 0) {
-        if (errno != EAGAIN && errno != EINTR) report_verb("read(timerfd)", errno);
-        return;
-      }
-      rescan();
-      return;
+      if (reconcile) tracker.rescan();
     }
   }
+
+ private:
+  static int open_inotify() {
+    const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) throw_system_error("inotify_init1", errno);
+    return fd;
+  }
+  void watch_folder() noexcept {
+    folder_watch_ = ::inotify_add_watch(
+        fd(), kDevFolder, IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR);
+  }
+
+  int dev_watch_ = -1;     // /dev
+  int folder_watch_ = -1;  // /dev/infiniband
+};
+
+// A look at /sys/class/infiniband_verbs every kRescanPeriod.
+class RescanMonitor final : public DeviceTracker::Monitor {
+ public:
+  RescanMonitor() : Monitor(open_timer()) {
+    itimerspec period{};
+    period.it_interval.tv_nsec =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(kRescanPeriod).count();
+    period.it_value = period.it_interval;
+    if (::timerfd_settime(fd(), 0, &period, nullptr) != 0) {
+      throw_system_error("timerfd_settime", errno);
+    }
+  }
+
+  void serve(DeviceTracker& tracker) noexcept override {
+    std::uint64_t expirations;
+    if (::read(fd(), &expirations, sizeof expirations) < 0) {
+      if (errno != EAGAIN && errno != EINTR) tracker.report_verb("read(timerfd)", errno);
+      return;
+    }
+    tracker.rescan();
+  }
+
+ private:
+  static int open_timer() {
+    const int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0) throw_system_error("timerfd_create", errno);
+    return fd;
+  }
+};
+
+std::unique_ptr<DeviceTracker::Monitor> open_monitor(DeviceMonitor kind) {
+  switch (kind) {
+    case DeviceMonitor::kUevents:
+      return std::make_unique<UeventMonitor>();
+    case DeviceMonitor::kInotify:
+      return std::make_unique<InotifyMonitor>();
+    case DeviceMonitor::kRescan:
+      return std::make_unique<RescanMonitor>();
+    default:
+      throw std::invalid_argument("DeviceTracker: no such kind");
+  }
 }
+
+}  // namespace
+
+std::shared_ptr<DeviceTracker> DeviceTracker::start(const std::shared_ptr<Reactor>& reactor,
+                                                    DeviceMonitor wanted) {
+  std::unique_ptr<Monitor> monitor;
+  DeviceMonitor kind = wanted;
+  if (wanted == DeviceMonitor::kAuto) {
+    for (DeviceMonitor candidate :
+         {DeviceMonitor::kUevents, DeviceMonitor::kInotify, DeviceMonitor::kRescan}) {
+      try {
+        monitor = open_monitor(candidate);
+        kind = candidate;
+        break;
+      } catch (const std::system_error&) {
+        if (candidate == DeviceMonitor::kRescan) throw;
+      }
+    }
+  } else {
+    monitor = open_monitor(wanted);
+  }
+  const int fd = monitor->fd();
+  auto tracker = std::make_shared<DeviceTracker>(reactor, kind, std::move(monitor));
+  // Known before the first message, so that each message is a change.
+  tracker->present_ = nodes_present();
+  tracker->served_ = watch_fd(
+      reactor, fd, EPOLLIN,
+      [weak = std::weak_ptr<DeviceTracker>(tracker)](std::uint32_t) {
+        if (auto self = weak.lock()) self->monitor_->serve(*self);
+      },
+      {});
+  return tracker;
+}
+
+DeviceTracker::DeviceTracker(std::shared_ptr<Reactor> reactor, DeviceMonitor kind,
+                             std::unique_ptr<Monitor> monitor)
+    : reactor_(std::move(reactor)), kind_(kind), monitor_(std::move(monitor)) {}
+
+DeviceTracker::~DeviceTracker() { served_.release(); }
 
 void DeviceTracker::rescan() noexcept {
   std::set<std::string> now;
   try {
     now = nodes_present();
-  } catch (const std::exception&) {
-    report_verb("DeviceTracker::rescan", ENOMEM);
+  } catch (const std::exception& e) {  // an allocation: its only way to fail
+    report_verb("DeviceTracker::rescan", errno_of(e));
     return;
   }
   const std::set<std::string> known = present_;
@@ -278,40 +317,36 @@ void DeviceTracker::rescan() noexcept {
 void DeviceTracker::apply(DeviceChange change, const std::string& node) noexcept {
   auto reactor = reactor_.lock();
   if (!reactor) return;
-  const FailureSink report = [&reactor](const Failure& failure) { reactor->report(failure); };
+  const auto report = [reactor](const Failure& failure, const auto&) {
+    reactor->report(failure);
+  };
   try {
     if (change == DeviceChange::kAdded) {
       if (present_.count(node) != 0) return;  // said already (inotify, then a rescan)
-      const std::set<std::string> before = present_;
+      auto before = std::make_shared<const std::set<std::string>>(present_);
       present_.insert(node);
-      watchers_.call_each(
-          decltype(watchers_)::Order::kRegistration,
-          [&](const Notice& notice) { notice(before, std::make_pair(change, node)); }, report,
-          "device watcher");
+      watchers_.snapshot().deliver(Notice{std::move(before), std::make_pair(change, node)},
+                                   "device watcher", report);
       return;
     }
     if (present_.count(node) == 0) return;
-    const std::set<std::string> before = present_;
+    auto before = std::make_shared<const std::set<std::string>>(present_);
     present_.erase(node);
-    // The devices first (their listeners hear DEVICE_FATAL and the Device
-    // closes), then the watchers (device clients' remove).
-    losses_.call_each(
-        decltype(losses_)::Order::kRegistration,
-        [&](const std::function<void(const std::string&)>& lose) { lose(node); }, report,
-        "device loss");
-    watchers_.call_each(
-        decltype(watchers_)::Order::kRegistration,
-        [&](const Notice& notice) { notice(before, std::make_pair(change, node)); }, report,
-        "device watcher");
-  } catch (const std::exception& e) {  // a set's allocation
-    report(Failure::verb_failed("DeviceTracker", ENOMEM, e.what()));
+    // The devices first (their listeners hear DEVICE_FATAL, device clients'
+    // remove among them, last, and the Device closes), then the watchers.
+    losses_.snapshot().deliver(node, "device loss", report);
+    watchers_.snapshot().deliver(Notice{std::move(before), std::make_pair(change, node)},
+                                 "device watcher", report);
+  } catch (const std::exception& e) {  // a set's or a snapshot's allocation
+    reactor->report(Failure::verb_failed("DeviceTracker", errno_of(e), e.what()));
   }
 }
 
 Handle DeviceTracker::track(std::string node, std::function<void()> lose) {
-  return losses_.add([node = std::move(node), lose = std::move(lose)](const std::string& removed) {
-    if (removed == node) lose();
-  });
+  return losses_.add(std::make_shared<Loss>(
+      [node = std::move(node), lose = std::move(lose)](const std::string& removed) {
+        if (removed == node) lose();
+      }));
 }
 
 Handle DeviceTracker::watch(DeviceWatcher watcher) {
@@ -319,25 +354,23 @@ Handle DeviceTracker::watch(DeviceWatcher watcher) {
   // that it hears a consistent history however the registration races the
   // kernel. A posted empty round makes that first call come promptly.
   auto caught_up = std::make_shared<bool>(false);
-  Handle handle = watchers_.add(
-      [watcher = std::move(watcher), caught_up](
-          const std::set<std::string>& present,
-          const std::optional<std::pair<DeviceChange, std::string>>& change) {
+  Handle handle = watchers_.add(std::make_shared<Watcher>(
+      [watcher = std::move(watcher), caught_up](const Notice& notice) {
         if (!*caught_up) {
           *caught_up = true;
-          for (const std::string& node : present) watcher(DeviceChange::kAdded, node);
+          for (const std::string& node : *notice.present) watcher(DeviceChange::kAdded, node);
         }
-        if (change) watcher(change->first, change->second);
-      });
+        if (notice.change) watcher(notice.change->first, notice.change->second);
+      }));
   if (auto reactor = reactor_.lock()) {
     reactor->post([weak = weak_from_this()] {
       auto self = weak.lock();
       auto reactor = self ? self->reactor_.lock() : nullptr;
       if (!reactor) return;
-      self->watchers_.call_each(
-          decltype(watchers_)::Order::kRegistration,
-          [&](const Notice& notice) { notice(self->present_, std::nullopt); },
-          [&reactor](const Failure& failure) { reactor->report(failure); }, "device watcher");
+      self->watchers_.snapshot().deliver(
+          Notice{std::make_shared<const std::set<std::string>>(self->present_), std::nullopt},
+          "device watcher",
+          [reactor](const Failure& failure, const Notice&) { reactor->report(failure); });
     });
   }
   return handle;

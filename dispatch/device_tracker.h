@@ -18,8 +18,8 @@
 #include <set>
 #include <string>
 
-#include <ibev/core/callback_list.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/subscriber_lists.h>
 #include <ibev/dispatch/dispatcher.h>
 #include "reactor.h"
 
@@ -42,32 +42,40 @@ class DeviceTracker : public std::enable_shared_from_this<DeviceTracker> {
   // See Dispatcher::watch_devices.
   Handle watch(DeviceWatcher watcher);
 
-  struct Private;  // the kinds' fds, in device_tracker.cc
-  // For start() (make_shared): only device_tracker.cc can make a Private.
+  class Monitor;  // one way of noticing, serving itself: device_tracker.cc
+  // For start() (make_shared): only device_tracker.cc can make a Monitor.
   DeviceTracker(std::shared_ptr<Reactor> reactor, DeviceMonitor kind,
-                std::unique_ptr<Private> fds);
+                std::unique_ptr<Monitor> monitor);
 
- private:
-  // The fd is readable: read what the kernel said, apply each change.
-  void serve() noexcept;
-  // Compares the nodes present now with what is known, applying the
-  // difference: at start, after lost uevents, and as the kRescan kind.
+  // For the monitors, which serve themselves (device_tracker.cc) and tell
+  // what they read. rescan(): compares the nodes present now with what is
+  // known, applying the difference: at start, after lost uevents, and as
+  // the kRescan kind.
   void rescan() noexcept;
   void apply(DeviceChange change, const std::string& node) noexcept;
   void report_verb(const char* verb, int error) noexcept;
 
+ private:
+
   // What watchers hear: the nodes present before a change, then the change
   // (none for a watcher's first call, which only catches it up).
-  using Notice = std::function<void(const std::set<std::string>& present,
-                                    const std::optional<std::pair<DeviceChange, std::string>>&)>;
+  // Held by value: a subscriber's argument is copied into its executor's
+  // task.
+  struct Notice {
+    std::shared_ptr<const std::set<std::string>> present;
+    std::optional<std::pair<DeviceChange, std::string>> change;
+  };
+  // A removal, for its device's async source: the removed node.
+  using Loss = Subscriber<std::string>;
+  using Watcher = Subscriber<Notice>;
 
   const std::weak_ptr<Reactor> reactor_;
   const DeviceMonitor kind_;
-  std::unique_ptr<Private> fds_;
+  std::unique_ptr<Monitor> monitor_;
   Handle served_;
   std::set<std::string> present_;  // uverbs nodes
-  CallbackList<std::function<void(const std::string& node)>> losses_;
-  CallbackList<Notice> watchers_;
+  BroadcastList<Loss> losses_;
+  BroadcastList<Watcher> watchers_;
 };
 
 }  // namespace ibev::detail

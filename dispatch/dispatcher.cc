@@ -339,9 +339,16 @@ void Dispatcher::post(Task task) {
 }
 
 void Dispatcher::inject(ibv_context* device, int code, Element element) {
+  inject(Event::synthesize(device, code, element));
+}
+
+void Dispatcher::inject(ibv_context* device, int code, ObjectNumber object) {
+  inject(Event::synthesize(device, code, object));
+}
+
+void Dispatcher::inject(const Event& event) {
   Registry& registry = reactor_->registry();
-  auto delivery = std::make_shared<Delivery>(
-      registry.resolve(Event::synthesize(device, code, element)));
+  auto delivery = std::make_shared<Delivery>(registry.resolve(event));
   detail::bump(reactor_->stats().injected);
   reactor_->post([&registry, delivery] { registry.deliver(*delivery); });
 }

@@ -259,10 +259,15 @@ class Dispatcher {
   // now, as for a real event read now. Throws std::invalid_argument as
   // Event::synthesize does.
   void inject(ibv_context* device, int code, Element element);
+  // The same for an object named by its number (core/event.h's
+  // ObjectNumber): it reaches the handlers attached by that number (a
+  // QueuePair's are), as a source of such events (DevX) would send it.
+  void inject(ibv_context* device, int code, ObjectNumber object);
 
   DispatcherStats stats() const noexcept;
 
  private:
+  void inject(const Event& event);
   // Owns nothing (a no-op deleter): weak_ref()'s anchor, reset first thing
   // in the destructor.
   std::shared_ptr<Dispatcher> self_;

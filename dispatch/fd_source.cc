@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <ibev/core/route.h>
 #include "reactor.h"
 #include "sources.h"
 
@@ -42,22 +43,20 @@ class FdSource final : public Source, public std::enable_shared_from_this<FdSour
       return;
     }
     set_interest(*reactor, 0);
-    try {
-      executor_([self = shared_from_this(), revents]() noexcept {
-        if (!self->guard().try_enter()) return;  // released meanwhile
-        auto reactor = self->reactor_.lock();
-        if (reactor) {
-          self->call(*reactor, revents);
-          self->set_interest(*reactor, self->events_);
-        }
-        self->guard().leave();
-      });
-    } catch (const std::exception& e) {
-      set_interest(*reactor, events_);
-      report(*reactor, Failure::handler_threw(
-                           "executor", std::string("the executor refused an fd's task: ") +
-                                           e.what()));
-    }
+    const bool handed = hand_to(
+        executor_,
+        [&] {
+          return [self = shared_from_this(), revents]() noexcept {
+            const auto entered = self->guard().enter();
+            if (!entered) return;  // released meanwhile
+            if (auto reactor = self->reactor_.lock()) {
+              self->call(*reactor, revents);
+              self->set_interest(*reactor, self->events_);
+            }
+          };
+        },
+        "an fd's task", [&](Failure failure) { report(*reactor, std::move(failure)); });
+    if (!handed) set_interest(*reactor, events_);
   }
 
  private:

@@ -233,9 +233,8 @@ std::size_t Reactor::run_turn(int timeout_ms) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (std::shared_ptr<Source>* slot = slot_locked(id)) source = *slot;
     }
-    if (!source || !source->guard().try_enter()) continue;
-    source->serve(events[i].events);
-    source->guard().leave();
+    if (!source) continue;
+    if (const auto entered = source->guard().enter()) source->serve(events[i].events);
   }
   // After the ready sources, so that what the deferred work delayed goes
   // first; none once a handler destroyed the Dispatcher (its CQs may be gone).

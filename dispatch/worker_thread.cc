@@ -1,3 +1,6 @@
+// Locking: `mutex_` guards the task queue and `done_` and is a leaf: no task
+// runs, and no task is destroyed, while it is held (a task's captures may post
+// here, or release a Handle that waits for this thread).
 #include <ibev/dispatch/worker_thread.h>
 
 #include <stdexcept>
@@ -45,6 +48,7 @@ void WorkerThread::run() {
     if (auto threw = exception_text(task)) {
       send_to(on_failure_, Failure::handler_threw("task on a WorkerThread", std::move(*threw)));
     }
+    task = nullptr;  // its captures may post here: destroyed unlocked
     lock.lock();
   }
 }

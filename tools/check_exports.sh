@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks an installed libibev.so: its SONAME is libibev.so.<soversion>
-# (tools/version.sh: 0.7 before 1.0, the major after), and the
+# (tools/version.sh: 0.8 before 1.0, the major after), and the
 # only symbols it exports are the ibev:: API (members of public classes may
 # name detail types in their signatures; nothing of ibev::detail, std:: or
 # boost:: is exported on its own).

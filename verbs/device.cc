@@ -1,3 +1,11 @@
+// Locking: `close_mutex_` makes one close() at a time and is taken first;
+// under it, `objects_mutex_` only to swap the list of objects out, never
+// across an object's close(). `ports_mutex_` is a leaf (the port cache).
+// close() runs each object's close() under `close_mutex_`, and that waits
+// for the object's handlers still running on other threads (an executor's):
+// such a handler must not call close() on this Device, or the two wait for
+// each other. From the dispatching thread, and from a handler inline on it,
+// close() is safe (a release does not wait for its own thread).
 #include <ibev/verbs/device.h>
 
 #include <unistd.h>
@@ -51,38 +59,35 @@ std::shared_ptr<Device> Device::open(Dispatcher& dispatcher, std::string_view na
   for (int i = 0; i < count; ++i) {
     ibv_device* device = list.get()[i];
     if (!name.empty() && name != ibv_get_device_name(device)) continue;
-    return open_device(dispatcher, device, {});
+    return open_device(dispatcher, device);
   }
   throw_system_error(name.empty() ? std::string("ibv_get_device_list (no RDMA device)")
                                   : "ibv_open_device (no device named '" + std::string(name) + "')",
                      ENODEV);
 }
 
-std::shared_ptr<Device> Device::open_node(Dispatcher& dispatcher, const std::string& node,
-                                          LossHook on_lost) {
+std::shared_ptr<Device> Device::open_node(Dispatcher& dispatcher, const std::string& node) {
   int count = 0;
   const DeviceList list = device_list(count);
   for (int i = 0; i < count; ++i) {
     ibv_device* device = list.get()[i];
-    if (node == device->dev_name) return open_device(dispatcher, device, std::move(on_lost));
+    if (node == device->dev_name) return open_device(dispatcher, device);
   }
   return nullptr;
 }
 
-std::shared_ptr<Device> Device::open_device(Dispatcher& dispatcher, ibv_device* device,
-                                            LossHook on_lost) {
+std::shared_ptr<Device> Device::open_device(Dispatcher& dispatcher, ibv_device* device) {
   ibv_context* context = ibv_open_device(device);
   if (context == nullptr) throw_open_error(device, errno);
-  return std::make_shared<Device>(Token{}, dispatcher, context, std::move(on_lost));
+  return std::make_shared<Device>(Token{}, dispatcher, context);
 }
 
-Device::Device(Token, Dispatcher& dispatcher, ibv_context* context, LossHook on_lost)
+Device::Device(Token, Dispatcher& dispatcher, ibv_context* context)
     : dispatcher_(dispatcher.weak_ref()),
       registry_(dispatcher.shared_registry()),
       context_(context, context, registry_.get()),
       name_(ibv_get_device_name(context->device)),
-      node_(context->device->dev_name),
-      on_lost_(std::move(on_lost)) {
+      node_(context->device->dev_name) {
   try {
     ibv_device_attr attr{};
     if (const int rc = ibv_query_device(context, &attr); rc != 0) {
@@ -114,11 +119,12 @@ void Device::deliver(Delivery delivery) {
     registry().deliver(delivery);
     return;
   }
+  // Held: a listener (DeviceClients' own, last) may drop the last other
+  // owner, and close() below must still find the Device.
   const std::shared_ptr<Device> self = weak_from_this().lock();
   loss_.store(loss);
   registry().deliver(delivery);
   if (!self) return;
-  if (on_lost_) on_lost_(self, loss);
   close();
 }
 

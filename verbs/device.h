@@ -122,18 +122,14 @@ class Device : public std::enable_shared_from_this<Device> {
  private:
   friend class DeviceClients;
   struct Token {};
-  // Told, after the listeners, that the device is lost (DeviceClients).
-  using LossHook = std::function<void(const std::shared_ptr<Device>&, DeviceLoss)>;
 
   // Opens the device whose uverbs node is `node`; null when it is not there
   // (any more).
-  static std::shared_ptr<Device> open_node(Dispatcher& dispatcher, const std::string& node,
-                                           LossHook on_lost);
-  static std::shared_ptr<Device> open_device(Dispatcher& dispatcher, ibv_device* device,
-                                             LossHook on_lost);
+  static std::shared_ptr<Device> open_node(Dispatcher& dispatcher, const std::string& node);
+  static std::shared_ptr<Device> open_device(Dispatcher& dispatcher, ibv_device* device);
 
  public:
-  Device(Token, Dispatcher& dispatcher, ibv_context* context, LossHook on_lost);
+  Device(Token, Dispatcher& dispatcher, ibv_context* context);
 
  private:
   // Every async event of the device reaches its handlers through here.
@@ -145,7 +141,6 @@ class Device : public std::enable_shared_from_this<Device> {
   detail::Owned<ibv_context, ibv_close_device, detail::kCloseDevice> context_;
   const std::string name_;
   const std::string node_;
-  const LossHook on_lost_;
   std::atomic<DeviceLoss> loss_{DeviceLoss::kNone};
   mutable std::mutex ports_mutex_;
   std::vector<CachedPort> ports_;  // [0] is port 1

@@ -1,13 +1,17 @@
 // Device clients, top-down: a device appears (Dispatcher::watch_devices says
-// kAdded with its uverbs node) -> it is opened, once -> every client's add.
-// A device goes (its Device is lost: verbs/device.cc, after its listeners)
-// -> every client that heard add hears remove, newest client first -> the
-// Device closes itself when this returns.
+// kAdded with its uverbs node) -> it is opened, once, and listened to ->
+// every client's add. A device goes: its Device is lost (verbs/device.cc)
+// and its listeners hear the DEVICE_FATAL carrying the loss, as every
+// listener does; this one is in the last tier, after the application's ->
+// every client that heard add hears remove, newest client first -> the
+// Device closes itself when its listeners have run.
 //
-// Locking: `mutex` guards the list of devices, for devices() on any thread;
-// adding and removing happen on the dispatching thread only. Each client
-// remembers which devices it heard add for, touched on the dispatching
-// thread only, as the kernel's per-client data on each ib_device.
+// Locking: `mutex` guards the list of devices (and their listeners'
+// handles), for devices() on any thread; adding and removing happen on the
+// dispatching thread only, and no handle is released under `mutex` (a
+// release waits for its listener, which takes it). Each client remembers
+// which devices it heard add for, touched on the dispatching thread only,
+// as the kernel's per-client data on each ib_device.
 #include <ibev/verbs/device_clients.h>
 
 #include <unistd.h>
@@ -23,19 +27,20 @@
 #include <system_error>
 #include <utility>
 
-#include <ibev/core/callback_list.h>
+#include <ibev/core/subscriber_lists.h>
 #include <ibev/core/failure.h>
 
 namespace ibev {
 namespace {
 
+// Held by value: a subscriber's argument is copied into its executor's task.
 struct ClientCall {
   bool add;  // else remove
-  const std::shared_ptr<Device>& device;
+  std::shared_ptr<Device> device;
   DeviceLoss loss;
 };
 
-using ClientList = detail::CallbackList<std::function<void(const ClientCall&)>>;
+using Client = detail::Subscriber<ClientCall>;
 
 }  // namespace
 
@@ -52,17 +57,15 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
     if (closed.load()) return;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      for (const auto& device : devices) {
-        if (device->node() == node) return;  // heard twice (replay, rescan)
+      for (const Open& open : devices) {
+        if (open.device->node() == node) return;  // heard twice (replay, rescan)
       }
     }
     std::shared_ptr<Device> device;
+    Handle end;
     try {
-      device = Device::open_node(dispatcher, node,
-                                 [weak = weak_from_this()](const std::shared_ptr<Device>& lost,
-                                                           DeviceLoss loss) {
-                                   if (auto self = weak.lock()) self->lost(lost, loss);
-                                 });
+      device = Device::open_node(dispatcher, node);
+      if (device) end = hear_end(*device);
     } catch (const std::system_error& e) {
       Failure failure = Failure::verb_failed("ibv_open_device(" + node + ")", e.code().value(),
                                              std::string("a device that appeared: ") + e.what());
@@ -76,9 +79,9 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
     retries.erase(node);
     {
       std::lock_guard<std::mutex> lock(mutex);
-      devices.push_back(device);
+      devices.push_back(Open{device, std::move(end)});
     }
-    call_clients(ClientList::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
+    call_clients(detail::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
   }
 
   void look_again(const std::string& node, int attempt) {
@@ -102,50 +105,81 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
     }
   }
 
-  // The Device's own end, after its listeners; it closes when this returns.
-  void lost(const std::shared_ptr<Device>& device, DeviceLoss loss) {
+  // The device's end, as its listeners hear it (the loss a DEVICE_FATAL
+  // carries), after the application's listeners: this subscription is in
+  // the last tier.
+  Handle hear_end(const Device& device) {
+    return device.registry().listen(
+        device.context(), EventFilter{IBV_EVENT_DEVICE_FATAL},
+        [weak = weak_from_this(), context = device.context()](const Event& event) {
+          if (event.loss() == DeviceLoss::kNone) return;  // cannot be: a loss closes it
+          if (auto self = weak.lock()) self->lost(context, event.loss());
+        },
+        {}, detail::Tier::kLast);
+  }
+
+  // Every client that heard add hears remove; the Device closes when this
+  // returns. This listener's own handle is released here, on its thread.
+  void lost(ibv_context* context, DeviceLoss loss) {
+    Open gone;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      devices.erase(std::remove(devices.begin(), devices.end(), device), devices.end());
+      const auto it = std::find_if(devices.begin(), devices.end(), [&](const Open& open) {
+        return open.device->context() == context;
+      });
+      if (it == devices.end()) return;
+      gone = std::move(*it);
+      devices.erase(it);
     }
+    gone.end.release();
     if (closed.load()) return;
-    call_clients(ClientList::Order::kReverse, ClientCall{false, device, loss});
+    call_clients(detail::Order::kReverse, ClientCall{false, gone.device, loss});
   }
 
   // A client registered now hears add for every device open.
   void catch_up() {
     for (const auto& device : snapshot()) {
       if (closed.load()) return;
-      call_clients(ClientList::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
+      call_clients(detail::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
     }
   }
 
-  void call_clients(ClientList::Order order, const ClientCall& call) {
-    clients.call_each(
-        order, [&](const std::function<void(const ClientCall&)>& client) { client(call); },
-        [this](const Failure& failure) { report(failure); },
-        call.add ? "device client's add" : "device client's remove");
+  void call_clients(detail::Order order, const ClientCall& call) {
+    clients.snapshot().deliver(
+        call, call.add ? "device client's add" : "device client's remove",
+        [this](Failure failure, const ClientCall& call) {
+          failure.device = call.device->context();
+          report(failure);
+        },
+        order);
   }
 
   std::vector<std::shared_ptr<Device>> snapshot() const {
+    std::vector<std::shared_ptr<Device>> open;
     std::lock_guard<std::mutex> lock(mutex);
-    return devices;
+    for (const Open& o : devices) open.push_back(o.device);
+    return open;
   }
+
+  struct Open {
+    std::shared_ptr<Device> device;
+    Handle end;  // its listener of the device's end
+  };
 
   Dispatcher& dispatcher;
   std::atomic<bool> closed{false};
   std::map<std::string, Handle> retries;  // by node; dispatching thread only
   mutable std::mutex mutex;
-  std::vector<std::shared_ptr<Device>> devices;  // open, in order of appearance
-  ClientList clients;
+  std::vector<Open> devices;  // open, in order of appearance
+  detail::BroadcastList<Client> clients;
 };
 
 DeviceClients::DeviceClients(Dispatcher& dispatcher)
     : state_(std::make_shared<State>(dispatcher)) {
   watching_ = dispatcher.watch_devices(
       [weak = std::weak_ptr<State>(state_)](DeviceChange change, const std::string& node) {
-        // A removal reaches the clients through the Device's loss, which the
-        // monitor tells before its watchers.
+        // A removal reaches the clients as the device's listeners hear it
+        // (hear_end), which the monitor tells before its watchers.
         if (change != DeviceChange::kAdded) return;
         if (auto state = weak.lock()) state->added(node);
       });
@@ -154,8 +188,14 @@ DeviceClients::DeviceClients(Dispatcher& dispatcher)
 DeviceClients::~DeviceClients() {
   state_->closed = true;
   watching_.release();
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->devices.clear();
+  std::vector<State::Open> open;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    open.swap(state_->devices);
+  }
+  // Each listener released (waiting for it if it runs on the dispatching
+  // thread now), then each Device dropped: those nobody else holds close.
+  for (State::Open& o : open) o.end.release();
 }
 
 Handle DeviceClients::register_client(DeviceClient client) {
@@ -164,8 +204,8 @@ Handle DeviceClients::register_client(DeviceClient client) {
                                 (client.name.empty() ? std::string() : " (" + client.name + ")"));
   }
   auto heard_add = std::make_shared<std::set<const Device*>>();
-  Handle handle = state_->clients.add([client = std::move(client), heard_add](
-                                          const ClientCall& call) {
+  Handle handle = state_->clients.add(std::make_shared<Client>([client = std::move(client),
+                                                               heard_add](const ClientCall& call) {
     std::optional<std::string> threw;
     if (call.add) {
       if (heard_add->count(call.device.get()) != 0) return;
@@ -175,7 +215,7 @@ Handle DeviceClients::register_client(DeviceClient client) {
       threw = exception_text([&] { client.remove(call.device, call.loss); });
     }
     if (threw) throw std::runtime_error(client.name + ": " + *threw);
-  });
+  }));
   state_->dispatcher.post([weak = std::weak_ptr<State>(state_)] {
     if (auto state = weak.lock()) state->catch_up();
   });

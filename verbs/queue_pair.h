@@ -145,8 +145,11 @@ class QueuePair : public detail::Closeable {
  public:
   using Options = QueuePairOptions;
 
-  // Throws std::invalid_argument (null domain or CQ, objects of another
-  // device) or std::system_error (ibv_create_qp).
+  // `on_event` (may be empty) hears the QP's async events, whether they name
+  // it by address (rdma-core's) or by its QP number (core/event.h's
+  // ObjectNumber: Dispatcher::inject, a DevX source). Throws
+  // std::invalid_argument (null domain or CQ, objects of another device) or
+  // std::system_error (ibv_create_qp).
   static std::shared_ptr<QueuePair> create(std::shared_ptr<ProtectionDomain> pd,
                                            Handler on_event, Options options);
   ~QueuePair() override;

@@ -69,6 +69,8 @@ std::string format_human(const Event& event, std::string_view device,
     out << "port " << *port;
   } else if (const void* object = event.object()) {
     out << to_string(event.element_kind()) << ' ' << address(object);
+  } else if (const auto number = event.object_number()) {
+    out << to_string(event.element_kind()) << " #" << number->number;
   } else {
     out << "device";
   }
@@ -91,6 +93,8 @@ std::string format_json(const Event& event, std::string_view device,
     out << ",\"port\":" << *port;
   } else if (const void* object = event.object()) {
     out << ",\"object\":" << json_string(address(object));
+  } else if (const auto number = event.object_number()) {
+    out << ",\"number\":" << number->number;
   }
   out << ",\"severity\":" << json_string(to_string(event.severity()));
   if (event.loss() != DeviceLoss::kNone) out << ",\"loss\":" << json_string(to_string(event.loss()));

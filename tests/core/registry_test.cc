@@ -1,21 +1,29 @@
 // The registry: per-type routing, resolve-then-deliver, the release rule,
 // failures, counters and bad input.
 #define BOOST_TEST_MODULE ibev_core_registry
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
+#include <future>
 #include <map>
+#include <new>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include <ibev/core/registry.h>
+#include "tests/support/testing.h"
 
 namespace bdata = boost::unit_test::data;
 using ibev::Handle;
@@ -28,8 +36,8 @@ namespace {
 
 std::vector<int> all_codes() {
   std::vector<int> codes;
-  for (int code = 0; code < 20; ++code) codes.push_back(code);
-  codes.insert(codes.end(), {20, 42});
+  for (const auto& type : ibev::kEventTypes) codes.push_back(type.type);
+  codes.insert(codes.end(), {ibev::kEventTypes.back().type + 1, 42});
   return codes;
 }
 
@@ -88,16 +96,8 @@ struct Fixture {
   }
 };
 
-void expect_invalid(const std::function<void()>& call,
-                    const std::string& fragment) {
-  try {
-    call();
-    BOOST_ERROR("expected std::invalid_argument mentioning " + fragment);
-  } catch (const std::invalid_argument& e) {
-    BOOST_TEST(std::string(e.what()).find(fragment) != std::string::npos,
-               "'" << e.what() << "' should mention '" << fragment << "'");
-  }
-}
+// The exception every bad input of these calls throws.
+const auto& expect_invalid = ibev::testing::expect_throw<std::invalid_argument>;
 
 }  // namespace
 
@@ -152,6 +152,54 @@ BOOST_DATA_TEST_CASE(event_nobody_takes_is_unclaimed_and_counted,
   BOOST_TEST(unclaimed == 1);
   BOOST_TEST(f.calls.empty());
   BOOST_TEST(f.registry.counters(&f.device_a).for_code(code).unclaimed == 1u);
+}
+
+// The open key: an object attached by its number on a device hears events
+// that name it by that number, and only those: not the same number on
+// another device, not another kind with the same number, not its address.
+BOOST_AUTO_TEST_CASE(an_object_attached_by_number_hears_events_naming_that_number) {
+  Fixture f;
+  const ibev::ObjectNumber qp17{ElementKind::kQp, 17};
+  std::vector<Handle> by_number;
+  by_number.push_back(f.registry.attach(&f.device_a, qp17, EventFilter{}, f.count("a-qp17")));
+  by_number.push_back(f.registry.attach(&f.device_a, qp17, EventFilter{IBV_EVENT_COMM_EST},
+                                        f.count("a-qp17-comm-est")));
+  by_number.push_back(f.registry.attach(&f.device_b, qp17, EventFilter{}, f.count("b-qp17")));
+  by_number.push_back(f.registry.attach(&f.device_a, ibev::ObjectNumber{ElementKind::kSrq, 17},
+                                        EventFilter{}, f.count("a-srq17")));
+
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 1u);
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_COMM_EST, qp17)) == 2u);
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_b, IBV_EVENT_QP_FATAL, qp17)) == 1u);
+  const std::map<std::string, int> expected{
+      {"a-qp17", 2}, {"a-qp17-comm-est", 1}, {"b-qp17", 1}};
+  BOOST_TEST(f.calls == expected);
+
+  // An event naming the QP by address reaches those attached by address only.
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, &f.qp1)) == 1u);
+  BOOST_TEST(f.calls["qp1"] == 1);
+  BOOST_TEST(f.calls["a-qp17"] == 2);
+
+  // Released: the number is unclaimed again, and counted so.
+  by_number.clear();
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 0u);
+  BOOST_TEST(f.calls["unclaimed"] == 1);
+  BOOST_TEST(f.registry.counters(&f.device_a).for_code(IBV_EVENT_QP_FATAL).unclaimed == 1u);
+}
+
+// A device forgotten (closed) and one opened later at its address (a re-added
+// device, whose QP numbers start over): the old device's number handlers
+// never hear the new one's events, though their handles are still held.
+BOOST_AUTO_TEST_CASE(a_forgotten_device_s_number_handlers_never_hear_its_successor) {
+  Fixture f;
+  const ibev::ObjectNumber qp17{ElementKind::kQp, 17};
+  Handle old_device_s = f.registry.attach(&f.device_a, qp17, EventFilter{}, f.count("old"));
+  f.registry.forget(&f.device_a);
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 0u);
+  Handle new_device_s = f.registry.attach(&f.device_a, qp17, EventFilter{}, f.count("new"));
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, qp17)) == 1u);
+  BOOST_TEST(f.calls.count("old") == 0u);
+  BOOST_TEST(f.calls["new"] == 1);
 }
 
 BOOST_AUTO_TEST_CASE(listeners_run_in_registration_order) {
@@ -515,7 +563,21 @@ BOOST_AUTO_TEST_CASE(throwing_object_handler_is_counted_even_when_the_sink_throw
   BOOST_TEST(counters.failures() == 1u);
 }
 
+// The errno a Failure carries for an exception caught where nobody can catch
+// it (a resolve in the dispatching loop): not ENOMEM for everything.
+BOOST_AUTO_TEST_CASE(an_exception_s_errno_says_what_it_was) {
+  BOOST_TEST(ibev::errno_of(std::bad_alloc()) == ENOMEM);
+  BOOST_TEST(ibev::errno_of(std::system_error(EBUSY, std::generic_category(), "x")) == EBUSY);
+  BOOST_TEST(ibev::errno_of(std::system_error(0, std::generic_category(), "x")) == EIO);
+  BOOST_TEST(ibev::errno_of(std::invalid_argument("x")) == EINVAL);
+  BOOST_TEST(ibev::errno_of(std::out_of_range("x")) == EINVAL);
+  BOOST_TEST(ibev::errno_of(std::runtime_error("x")) == EIO);
+  BOOST_TEST(ibev::errno_of(std::system_error(std::make_error_code(std::future_errc::no_state))) ==
+             EIO);
+}
+
 // One record for every kind of failure: what a verb's failure carries.
+
 BOOST_AUTO_TEST_CASE(reported_failures_reach_the_sink_with_errno_and_are_counted) {
   std::vector<ibev::Failure> seen;
   Registry registry([&](const ibev::Failure& f) { seen.push_back(f); });
@@ -525,14 +587,20 @@ BOOST_AUTO_TEST_CASE(reported_failures_reach_the_sink_with_errno_and_are_counted
   failure.device = &device;
   failure.object = &cq;
   registry.report(failure);
-  ibev::Failure threw = ibev::Failure::handler_threw("completion handler", "boom");
+  ibev::Failure threw =
+      ibev::Failure::handler_threw(std::string(ibev::kCompletionHandler), "boom");
   threw.device = &device;
   registry.report(threw);
-  BOOST_REQUIRE(seen.size() == 2u);
+  // Another handler with no event (a drain's done, a device client) is a
+  // failure of the device, not a completion handler's.
+  ibev::Failure other = ibev::Failure::handler_threw("drain's done", "boom");
+  other.device = &device;
+  registry.report(other);
+  BOOST_REQUIRE(seen.size() == 3u);
   BOOST_TEST(seen[0].error == std::error_code(EIO, std::generic_category()));
   BOOST_TEST(ibev::describe(seen[0]).find("ibv_poll_cq") != std::string::npos);
   const auto counters = registry.counters(&device);
-  BOOST_TEST(counters.failures() == 2u);
+  BOOST_TEST(counters.failures() == 3u);
   BOOST_TEST(counters.completion_handler_failures() == 1u);
   BOOST_TEST(counters.total().handler_failures == 0u);
 }
@@ -583,6 +651,21 @@ BOOST_AUTO_TEST_CASE(null_objects_and_handlers) {
   raw.element.port_num = 1;
   expect_invalid([&] { (void)registry.resolve(Event::from_async(nullptr, raw)); },
                  "names no device");
+  expect_invalid(
+      [&] { (void)registry.attach(nullptr, ibev::ObjectNumber{ElementKind::kQp, 1}, {}, noop); },
+      "the device is null");
+  expect_invalid(
+      [&] { (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kPort, 1}, {}, noop); },
+      "is not an object with a number");
+  expect_invalid(
+      [&] { (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kQp, 1}, {}, {}); },
+      "the handler is empty");
+  expect_invalid(
+      [&] {
+        (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kQp, 1},
+                              EventFilter{IBV_EVENT_SRQ_ERR}, noop);
+      },
+      "never reaches a qp handler");
 }
 
 // Keys pack an object's kind into its address's low bits (rdma-core objects
@@ -707,6 +790,55 @@ BOOST_AUTO_TEST_CASE(a_throw_on_the_executor_reaches_the_sink) {
   BOOST_REQUIRE(seen.size() == 1u);
   BOOST_TEST(seen[0].what == "late");
   BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_PORT_ERR).handler_failures == 1u);
+}
+
+// An executor that refuses the task, whatever it throws, is reported with the
+// event's device and code; the event counts as unclaimed, and nothing
+// terminates the process (a throw not derived from std::exception did).
+BOOST_AUTO_TEST_CASE(an_executor_that_refuses_is_reported_whatever_it_throws) {
+  std::vector<ibev::Failure> seen;
+  Registry registry([&](const ibev::Failure& f) { seen.push_back(f); });
+  ibv_context device{};
+  ibv_qp qp{};
+  Handle handler = registry.attach(
+      &qp, EventFilter{}, [](const Event&) {}, [](ibev::Task) { throw 42; });
+  BOOST_TEST(registry.route(Event::synthesize(&device, IBV_EVENT_QP_FATAL, &qp)) == 0u);
+  BOOST_REQUIRE(seen.size() == 1u);
+  BOOST_TEST(seen[0].verb == "executor");
+  BOOST_TEST(seen[0].what.find("not derived from std::exception") != std::string::npos);
+  BOOST_TEST(seen[0].device == &device);
+  BOOST_TEST(seen[0].event_code.value_or(-1) == IBV_EVENT_QP_FATAL);
+  BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_QP_FATAL).unclaimed == 1u);
+}
+
+// A handler that throws on its executor after the Registry is gone is still
+// said (on stderr), never dropped, and touches nothing of the Registry.
+BOOST_AUTO_TEST_CASE(a_throw_on_the_executor_after_the_registry_is_gone_is_still_said) {
+  ManualExecutor executor;
+  ibv_context device{};
+  Handle listener;
+  {
+    Registry registry([](const ibev::Failure&) { BOOST_ERROR("the sink is gone"); });
+    listener = registry.listen(
+        &device, EventFilter{}, [](const Event&) { throw std::runtime_error("orphaned"); },
+        executor.executor());
+    registry.route(Event::synthesize(&device, IBV_EVENT_PORT_ERR, ibev::Port{1}));
+  }
+  std::FILE* const said = std::tmpfile();
+  BOOST_REQUIRE(said != nullptr);
+  std::fflush(stderr);
+  const int saved = ::dup(STDERR_FILENO);
+  ::dup2(::fileno(said), STDERR_FILENO);
+  executor.run_all();
+  std::fflush(stderr);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  std::rewind(said);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), said));
+  std::fclose(said);
+  BOOST_TEST(text.find("handler threw: event handler") != std::string::npos, text);
+  BOOST_TEST(text.find("orphaned") != std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -22,47 +23,17 @@
 
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/worker_thread.h>
+#include "tests/support/testing.h"
 
 using namespace std::chrono_literals;
 using ibev::Dispatcher;
 using ibev::Event;
 using ibev::Registry;
+using ibev::testing::Counter;
+using ibev::testing::eventually;
+using ibev::testing::expect_throw;
 
 namespace {
-
-// Counts calls and lets a test wait for them, bounded.
-class Counter {
- public:
-  void bump() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++count_;
-    changed_.notify_all();
-  }
-  bool wait_for(int count, std::chrono::milliseconds limit = 5s) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    return changed_.wait_for(lock, limit, [&] { return count_ >= count; });
-  }
-  int count() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return count_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  int count_ = 0;
-};
-
-template <typename Exception>
-void expect_throw(const std::function<void()>& call, const std::string& fragment) {
-  try {
-    call();
-    BOOST_ERROR("expected an exception mentioning " + fragment);
-  } catch (const Exception& e) {
-    BOOST_TEST(std::string(e.what()).find(fragment) != std::string::npos,
-               "'" << e.what() << "' should mention '" << fragment << "'");
-  }
-}
 
 Dispatcher::Options collecting(std::vector<ibev::Failure>& failures,
                                std::chrono::milliseconds stall_after = 0ms) {
@@ -559,15 +530,6 @@ BOOST_AUTO_TEST_SUITE_END()
 // An application that forgets start() used to see nothing at all.
 BOOST_AUTO_TEST_SUITE(watchdog)
 
-bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
 // A Dispatcher whose watchdog looks every 12 ms, and the failures it said,
 // read from the test's thread while the watchdog writes them.
 struct Watched {
@@ -592,7 +554,7 @@ struct Watched {
 BOOST_FIXTURE_TEST_CASE(events_waiting_without_a_dispatch_are_reported_once, Watched) {
   ibv_context device{};
   dispatcher->inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});  // and no start()
-  BOOST_REQUIRE(wait_until([&] { return !said().empty(); }));
+  BOOST_REQUIRE(eventually([&] { return !said().empty(); }));
   // Proves an absence: still waiting, it is said once, not at every look (every 12 ms).
   std::this_thread::sleep_for(200ms);
   const auto failures = said();
@@ -611,7 +573,7 @@ BOOST_FIXTURE_TEST_CASE(a_handler_holding_the_dispatching_thread_is_reported, Wa
     done = true;
   });
   dispatcher->start();
-  BOOST_REQUIRE(wait_until([&] { return done.load(); }));
+  BOOST_REQUIRE(eventually([&] { return done.load(); }));
   dispatcher->stop();
   const auto failures = said();
   BOOST_REQUIRE(failures.size() == 1u);
@@ -656,4 +618,29 @@ BOOST_AUTO_TEST_CASE(a_worker_thread_runs_tasks_in_order_and_drains_on_destructi
   for (int i = 0; i <= 100; ++i) BOOST_TEST(order[i] == i);
   BOOST_REQUIRE(failures.size() == 1u);
   BOOST_TEST(failures[0].what == "task broke");
+}
+
+// A task's captures die outside the worker's lock: one whose destructor posts
+// (a cleanup handed to the same worker, the usual end of a shared_ptr's life)
+// must not deadlock the worker. On failure the stuck worker is leaked: joining
+// it would hang the test.
+BOOST_AUTO_TEST_CASE(a_task_whose_captures_post_when_destroyed_does_not_deadlock_the_worker) {
+  struct PostsWhenDestroyed {
+    PostsWhenDestroyed(ibev::WorkerThread& w, std::promise<void>& c)
+        : worker(w), cleaned_up(c) {}
+    PostsWhenDestroyed(const PostsWhenDestroyed&) = delete;
+    ~PostsWhenDestroyed() {
+      worker.post([&cleaned_up = cleaned_up] { cleaned_up.set_value(); });
+    }
+    ibev::WorkerThread& worker;
+    std::promise<void>& cleaned_up;
+  };
+  std::promise<void> cleaned_up;
+  auto worker = std::make_unique<ibev::WorkerThread>();
+  auto captured = std::make_shared<PostsWhenDestroyed>(*worker, cleaned_up);
+  worker->post([captured = std::move(captured)] {});
+  if (cleaned_up.get_future().wait_for(10s) != std::future_status::ready) {
+    static_cast<void>(worker.release());
+    BOOST_FAIL("the worker deadlocked destroying a task whose capture posts");
+  }
 }

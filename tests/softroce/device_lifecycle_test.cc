@@ -133,6 +133,10 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
                                   << to_string(monitor) << ")");
   BOOST_TEST(log.count("remove " + test_device() + " removed") == 1u, log.text());
   BOOST_TEST(log.count("DEVICE_FATAL removed synthesized") == 1u, log.text());
+  // The listeners first, then the clients' remove (device.h), although the
+  // application's listener was registered after DeviceClients' own.
+  const std::string text = log.text();
+  BOOST_TEST(text.find("DEVICE_FATAL removed") < text.find("remove " + test_device()), text);
   BOOST_REQUIRE(!seen.empty());
   const std::shared_ptr<Device> old = seen.front();
   BOOST_TEST(old->loss() == DeviceLoss::kRemoved);

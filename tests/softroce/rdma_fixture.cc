@@ -189,15 +189,6 @@ bool Spawned::wait_for_text(const std::string& needle,
   return true;
 }
 
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 std::vector<ibv_wc> poll_completions(ibv_cq* cq, std::size_t count,
                                      std::chrono::milliseconds timeout) {
   std::vector<ibv_wc> got;

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/testing.h"
+
 namespace ibev::testing {
 
 // The variable's value, or `fallback` when it is unset.
@@ -120,11 +122,6 @@ class BlockingCommand {
   std::chrono::steady_clock::time_point started_;
   std::future<void> result_;
 };
-
-// Whether `condition` became true within `limit`, looked at every 5 ms: a
-// wait on a condition, where a fixed sleep would be a guess.
-bool eventually(const std::function<bool()>& condition,
-                std::chrono::milliseconds limit = std::chrono::seconds(20));
 
 // Polls `cq` until `count` completions arrived or `timeout` passed; returns
 // what arrived.

@@ -56,6 +56,15 @@ BOOST_AUTO_TEST_CASE(object_event_names_the_object) {
   BOOST_TEST(json.find(synthesized_field) != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(an_object_named_by_number_shows_its_number) {
+  const Event event = Event::synthesize(device(), IBV_EVENT_QP_FATAL,
+                                        ibev::ObjectNumber{ibev::ElementKind::kQp, 17});
+  const std::string human = ibev::watch::format_human(event, "mlx5_0", noon());
+  BOOST_TEST(human.find(" mlx5_0 qp #17 IBV_EVENT_QP_FATAL ") != std::string::npos, human);
+  const std::string json = ibev::watch::format_json(event, "mlx5_0", noon());
+  BOOST_TEST(json.find(R"("scope":"qp","number":17,)") != std::string::npos, json);
+}
+
 BOOST_AUTO_TEST_CASE(device_and_unknown_events) {
   const Event fatal = Event::synthesize(device(), IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
   BOOST_TEST(ibev::watch::format_human(fatal, "rxe0", noon()).find(

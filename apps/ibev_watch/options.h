@@ -1,0 +1,29 @@
+// ibev-watch's command line: what it accepts, and its exit statuses
+// (ibev-watch.1 says the same). Options and exit codes follow rdma-core's
+// ibv_* tools: getopt_long, usage errors exit 1.
+#ifndef IBEV_APPS_IBEV_WATCH_OPTIONS_H_
+#define IBEV_APPS_IBEV_WATCH_OPTIONS_H_
+
+#include <string>
+#include <vector>
+
+namespace ibev::watch {
+
+constexpr int kUsageError = 1;
+// No RDMA in the kernel, a device named with -d that is not there, or one
+// that cannot be opened.
+constexpr int kCannotWatch = 2;
+
+struct Options {
+  std::vector<std::string> devices;  // empty: every device, and those added later
+  bool json = false;
+  bool count = false;
+};
+
+// Parses argv with getopt_long; prints and exits for --help, --version
+// (status 0) and usage errors (kUsageError).
+Options parse(int argc, char** argv);
+
+}  // namespace ibev::watch
+
+#endif  // IBEV_APPS_IBEV_WATCH_OPTIONS_H_

@@ -1,0 +1,115 @@
+// ibev-watch's device client, its printer and its counts (watch.h).
+#include "apps/ibev_watch/watch.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "apps/ibev_watch/format.h"
+
+namespace ibev::watch {
+
+// --- Printer ---
+
+Handler Printer::for_device(std::string name) {
+  return [this, name](const Event& event) {
+    const auto now = Clock::now();
+    print(json_ ? format_json(event, name, now) : format_human(event, name, now));
+  };
+}
+
+void Printer::change(const Device& device, bool added, DeviceLoss loss) {
+  const auto now = Clock::now();
+  print(json_ ? format_change_json(device.name(), device.node(), added, loss, now)
+              : format_change_human(device.name(), device.node(), added, loss, now));
+}
+
+void Printer::print(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);  // a line per event, even into a pipe
+}
+
+// --- Counts ---
+
+namespace {
+
+void add_counts(Counts& counts, Registry& registry, const Device& device) {
+  const CounterSnapshot snapshot = registry.counters(device.context());
+  for (int code = 0; code <= CounterSnapshot::kTrackedCodes; ++code) {
+    const EventCounts c = snapshot.for_code(code);
+    const std::uint64_t seen = c.delivered + c.unclaimed;
+    if (seen == 0) continue;
+    const auto* info = find_event_type(code);
+    const std::string name = code == CounterSnapshot::kTrackedCodes ? "other"
+                             : info ? std::string(info->enumerator)
+                                    : "unknown(" + std::to_string(code) + ")";
+    counts[device.name()][name] += seen;
+  }
+}
+
+}  // namespace
+
+void print_counts(const Counts& counts, bool json) {
+  for (const auto& [device, events] : counts) {
+    for (const auto& [event, seen] : events) {
+      if (json) {
+        std::printf("{\"count\":%llu,\"device\":%s,\"event\":%s}\n",
+                    static_cast<unsigned long long>(seen), json_string(device).c_str(),
+                    json_string(event).c_str());
+      } else {
+        std::printf("%s %s %llu\n", device.c_str(), event.c_str(),
+                    static_cast<unsigned long long>(seen));
+      }
+    }
+  }
+}
+
+// --- Watch ---
+
+DeviceClient Watch::client() {
+  return {"ibev-watch", [this](const std::shared_ptr<Device>& device) { add(device); },
+          [this](const std::shared_ptr<Device>& device, DeviceLoss loss) {
+            remove(device, loss);
+          }};
+}
+
+bool Watch::wait_added(const std::vector<std::string>& names, std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return added_.wait_for(lock, limit, [&] {
+    return std::all_of(names.begin(), names.end(),
+                       [&](const std::string& name) { return added_names_.count(name) != 0; });
+  });
+}
+
+Counts Watch::counts(const std::vector<std::shared_ptr<Device>>& open) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Counts all = removed_counts_;
+  for (const auto& device : open) {
+    if (listeners_.count(device.get()) != 0) add_counts(all, registry_, *device);
+  }
+  return all;
+}
+
+bool Watch::wanted(const std::string& name) const {
+  return only_.empty() || std::find(only_.begin(), only_.end(), name) != only_.end();
+}
+
+void Watch::add(const std::shared_ptr<Device>& device) {
+  if (!wanted(device->name())) return;
+  printer_.change(*device, true, DeviceLoss::kNone);
+  Handle listener = device->on_event({}, printer_.for_device(device->name()));
+  std::lock_guard<std::mutex> lock(mutex_);
+  listeners_[device.get()] = std::move(listener);
+  added_names_.insert(device->name());
+  added_.notify_all();
+}
+
+void Watch::remove(const std::shared_ptr<Device>& device, DeviceLoss loss) {
+  printer_.change(*device, false, loss);
+  std::lock_guard<std::mutex> lock(mutex_);
+  add_counts(removed_counts_, registry_, *device);  // before it closes and is forgotten
+  listeners_.erase(device.get());
+}
+
+}  // namespace ibev::watch

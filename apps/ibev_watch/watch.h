@@ -1,0 +1,89 @@
+// What ibev-watch does with devices and their events: Watch is its device
+// client (each device, or each named one, listened to from when it is added
+// until it is removed), Printer writes the lines (format.h), and the counts
+// are what --count prints at exit.
+//
+// A removed device is let go at once, so that its delete never waits for
+// ibev-watch.
+//
+// Threads and locking: handlers and the client's add/remove run on the
+// Dispatcher's thread; wait_added() and counts() on main's. Printer's mutex
+// is a leaf (one line at a time). Watch's mutex guards its listeners and
+// counts; it is held across a listener's release and the Registry's
+// counters (which take the Registry's own locks, never this one), and never
+// while a handler or a client runs: add() subscribes before taking it, and
+// remove() runs on the dispatching thread, where a listener's release does
+// not wait.
+#ifndef IBEV_APPS_IBEV_WATCH_WATCH_H_
+#define IBEV_APPS_IBEV_WATCH_WATCH_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ibev/core/registry.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
+
+namespace ibev::watch {
+
+class Printer {
+ public:
+  explicit Printer(bool json) : json_(json) {}
+
+  // A device's listener: one line per event.
+  Handler for_device(std::string name);
+  void change(const Device& device, bool added, DeviceLoss loss);
+
+ private:
+  void print(const std::string& line);
+
+  const bool json_;
+  std::mutex mutex_;
+};
+
+// Events seen, per device name and event, across a device's removals and
+// re-adds: the Registry forgets a device once it is closed.
+using Counts = std::map<std::string, std::map<std::string, std::uint64_t>>;
+
+void print_counts(const Counts& counts, bool json);
+
+class Watch {
+ public:
+  // `only`: the device names to watch; empty, every device.
+  Watch(Registry& registry, Printer& printer, std::vector<std::string> only)
+      : registry_(registry), printer_(printer), only_(std::move(only)) {}
+
+  // To register with DeviceClients; this Watch must outlive the registration.
+  DeviceClient client();
+
+  // Until each of `names` was added once, or `limit` passed.
+  bool wait_added(const std::vector<std::string>& names, std::chrono::milliseconds limit);
+
+  // Those removed, and those of `open` still watched.
+  Counts counts(const std::vector<std::shared_ptr<Device>>& open);
+
+ private:
+  bool wanted(const std::string& name) const;
+  void add(const std::shared_ptr<Device>& device);
+  void remove(const std::shared_ptr<Device>& device, DeviceLoss loss);
+
+  Registry& registry_;
+  Printer& printer_;
+  const std::vector<std::string> only_;
+  std::mutex mutex_;
+  std::condition_variable added_;
+  std::set<std::string> added_names_;
+  std::map<const Device*, Handle> listeners_;
+  Counts removed_counts_;
+};
+
+}  // namespace ibev::watch
+
+#endif  // IBEV_APPS_IBEV_WATCH_WATCH_H_

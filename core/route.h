@@ -1,0 +1,193 @@
+// Internal to ibev: the one routing primitive. Every list of callbacks ibev
+// keeps (an object's event handlers, a device's listeners, the unclaimed
+// observers, device watchers, device clients, CM ids) is made of these
+// pieces, so they share one snapshot rule, one guarded call and one release.
+//
+//  - A Subscriber is one subscription: its callback, the filter it asked for,
+//    the Executor it runs on (none: the calling thread) and the CallGuard its
+//    release waits on.
+//  - A Snapshot is who hears one thing, fixed when it was taken; a
+//    subscription made after that does not hear it, one released after it is
+//    skipped. Routing takes it when it resolves an event (before the ack, so
+//    an event for an object reaches that object's handlers, never those of a
+//    newer object at the same address).
+//  - deliver() is the one guarded call: filter; skip if released; run inline
+//    or hand a task to the executor (a refusal is a failure); inside the
+//    guard; what the callback throws becomes a Failure for `report`.
+//  - subscription() is the one release, the wait rule of core/handle.h:
+//    close (no call starts), unlink, wait for calls on other threads.
+//
+// The lists that hold subscribers, and take snapshots of them, are in
+// core/subscriber_lists.h.
+//
+// Thread-safety: a Snapshot may be delivered on any thread, concurrently; no
+// lock is held while a callback runs, so callbacks may subscribe, release
+// (their own handle too) and deliver.
+#ifndef IBEV_CORE_ROUTE_H_
+#define IBEV_CORE_ROUTE_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ibev/core/call_guard.h>
+#include <ibev/core/executor.h>
+#include <ibev/core/failure.h>
+#include <ibev/core/handle.h>
+
+namespace ibev::detail {
+
+// The filter of a subscription that hears everything it is told.
+struct AnyArg {
+  template <typename Arg>
+  bool matches(const Arg&) const noexcept {
+    return true;
+  }
+};
+
+template <typename Arg, typename Filter = AnyArg>
+struct Subscriber {
+  using Argument = Arg;
+  using Callback = std::function<void(const Arg&)>;
+
+  Subscriber(Callback c, Filter f = {}, Executor e = {})
+      : callback(std::move(c)),
+        filter(std::move(f)),
+        executor(e ? std::make_unique<const Executor>(std::move(e)) : nullptr) {}
+
+  CallGuard guard;  // release waits on it
+  const Callback callback;
+  const Filter filter;
+  // Null: the delivering thread. Held apart because few subscriptions name
+  // one, and a Subscriber is made per QP and CQ.
+  const std::unique_ptr<const Executor> executor;
+};
+
+// Runs `callback` inside `guard` unless the guard is closed; returns whether
+// it ran. What it throws becomes a kHandlerThrew Failure naming `what_ran`,
+// handed to `report` (void(Failure), noexcept).
+template <typename Callback, typename Report>
+bool guarded_call(CallGuard& guard, const char* what_ran, Callback&& callback,
+                  const Report& report) noexcept {
+  const auto entered = guard.enter();
+  if (!entered) return false;
+  if (auto threw = exception_text(callback)) {
+    report(Failure::handler_threw(what_ran, std::move(*threw)));
+  }
+  return true;
+}
+
+// Hands the task `make_task()` returns to `executor`; returns false, and
+// reports, when making it (its captures' copies) or the executor (refusing
+// it) threw. `what` names the task for the report ("a completion batch").
+template <typename MakeTask, typename Report>
+bool hand_to(const Executor& executor, const MakeTask& make_task, const char* what,
+             const Report& report) noexcept {
+  if (auto threw = exception_text([&] { executor(make_task()); })) {
+    report(Failure::handler_threw("executor",
+                                  std::string("the executor refused ") + what + ": " + *threw));
+    return false;
+  }
+  return true;
+}
+
+// One subscriber told `arg`: false when its filter declines it or it was
+// released; else it ran, or its task was handed to its executor. A failure
+// goes to `report(Failure, const Arg&)`, which may add what `arg` names (a
+// device, an object); it is copied into the executor's task, so it must stay
+// valid wherever that runs.
+template <typename Sub, typename Report>
+bool call(const std::shared_ptr<Sub>& subscriber, const typename Sub::Argument& arg,
+          const char* what_ran, const Report& report) noexcept {
+  if (!subscriber->filter.matches(arg) || subscriber->guard.closed()) return false;
+  auto run = [](const std::shared_ptr<Sub>& subscriber, const typename Sub::Argument& arg,
+                const char* what_ran, const Report& report) noexcept {
+    return guarded_call(
+        subscriber->guard, what_ran, [&] { subscriber->callback(arg); },
+        [&](Failure failure) { report(std::move(failure), arg); });
+  };
+  if (!subscriber->executor) return run(subscriber, arg, what_ran, report);
+  return hand_to(
+      *subscriber->executor,
+      [&] {
+        return [subscriber, arg, what_ran, report, run]() noexcept {
+          run(subscriber, arg, what_ran, report);
+        };
+      },
+      "a handler's task", [&](Failure failure) { report(std::move(failure), arg); });
+}
+
+enum class Order : std::uint8_t { kRegistration, kReverse };
+
+// Where a subscription sits in a device-wide list, before registration
+// order: ibev's own subscribers that must run before or after the
+// application's (DeviceClients hears a device's loss after its listeners).
+enum class Tier : int { kFirst = -1, kNormal = 0, kLast = 1 };
+
+template <typename Sub>
+class Snapshot {
+ public:
+  using List = std::vector<std::shared_ptr<Sub>>;
+
+  Snapshot() noexcept = default;
+  explicit Snapshot(std::shared_ptr<Sub> only) noexcept : only_(std::move(only)) {}
+  explicit Snapshot(std::shared_ptr<const List> several) noexcept
+      : several_(std::move(several)) {}
+
+  bool empty() const noexcept { return !only_ && (!several_ || several_->empty()); }
+
+  // Tells each subscriber `arg` (call() above), in `order`; returns how many
+  // ran or were handed to their executors.
+  template <typename Report>
+  std::size_t deliver(const typename Sub::Argument& arg, const char* what_ran,
+                      const Report& report, Order order = Order::kRegistration) const noexcept {
+    if (only_) return call(only_, arg, what_ran, report) ? 1 : 0;
+    if (!several_) return 0;
+    std::size_t ran = 0;
+    auto tell = [&](const std::shared_ptr<Sub>& subscriber) {
+      ran += call(subscriber, arg, what_ran, report) ? 1 : 0;
+    };
+    if (order == Order::kReverse) {
+      std::for_each(several_->rbegin(), several_->rend(), tell);
+    } else {
+      std::for_each(several_->begin(), several_->end(), tell);
+    }
+    return ran;
+  }
+
+ private:
+  // One subscriber without a list (by far the common case for an object:
+  // one allocation touched), or several.
+  std::shared_ptr<Sub> only_;
+  std::shared_ptr<const List> several_;
+};
+
+// The one release. `unlink(const Sub*)` takes the subscriber out of its list;
+// it is kept by type inside the handle's one closure and given the
+// subscriber rather than holding a pointer of its own: an object handler is
+// made per QP and CQ, and each such copy was bytes in a closure
+// (bench/registry_bench's memory figure).
+template <typename Sub, typename Unlink>
+Handle subscription(std::shared_ptr<Sub> subscriber, Unlink unlink) {
+  return Handle([subscriber = std::move(subscriber),
+                 unlink = std::move(unlink)]() mutable noexcept {
+    subscriber->guard.close();
+    try {
+      unlink(static_cast<const Sub*>(subscriber.get()));
+    } catch (...) {
+      // Only allocation can fail there (a KeyedLists copies the rest of a
+      // key's list). The subscriber is closed already, so it never runs; its
+      // entry, and its captures, stay until its key's list goes.
+    }
+    subscriber->guard.wait_idle();
+  });
+}
+
+}  // namespace ibev::detail
+
+#endif  // IBEV_CORE_ROUTE_H_

@@ -1,0 +1,172 @@
+// Internal to ibev: the two lists that hold subscribers of the routing
+// primitive (core/route.h) and give its one Snapshot.
+//
+// BroadcastList, for device-wide lists (a device's listeners, the unclaimed
+// observers, device watchers and clients), is a Boost.Signals2 signal: slots
+// are kept in tiers (Signals2 groups), then registration order, and may be
+// connected and disconnected while the signal is being called. Taking a
+// snapshot calls the signal once, each live slot adding its subscriber; the
+// handlers run later, from the snapshot, never inside Signals2.
+//
+// KeyedLists, for per-object lists (an event_handler per QP, a million of
+// them), keeps one subscriber inline per key and allocates a list only for a
+// key with several, under sharded mutexes: what matters there is bytes per
+// object and one probe per event (bench/registry_bench).
+//
+// Both give the same Snapshot, so both keep the one rule: a snapshot is who
+// was subscribed when it was taken, and a subscriber released since is
+// skipped. Every member may be called from any thread; no lock is held while
+// a subscriber runs.
+#ifndef IBEV_CORE_SUBSCRIBER_LISTS_H_
+#define IBEV_CORE_SUBSCRIBER_LISTS_H_
+
+#include <array>
+#include <boost/signals2/signal.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <ibev/core/handle.h>
+#include <ibev/core/object_table.h>
+#include <ibev/core/route.h>
+
+namespace ibev::detail {
+
+template <typename Sub>
+class BroadcastList {
+ public:
+  using List = typename Snapshot<Sub>::List;
+
+  // The slot holds its subscriber weakly: once the handle is released (and
+  // no snapshot holds it), the callback and its captures are gone, although
+  // Signals2 frees a disconnected slot only later.
+  Handle add(std::shared_ptr<Sub> subscriber, Tier tier = Tier::kNormal) {
+    auto connection = signal_->connect(
+        static_cast<int>(tier), [weak = std::weak_ptr<Sub>(subscriber)](List& out) {
+          auto live = weak.lock();
+          if (live && !live->guard.closed()) out.push_back(std::move(live));
+        });
+    return subscription(std::move(subscriber),
+                        [connection](const Sub*) mutable { connection.disconnect(); });
+  }
+
+  // Who is subscribed now, not released, in tier then registration order.
+  Snapshot<Sub> snapshot() const {
+    List live;
+    (*signal_)(live);
+    if (live.empty()) return {};
+    return Snapshot<Sub>(std::make_shared<const List>(std::move(live)));
+  }
+
+ private:
+  using Signal =
+      boost::signals2::signal<void(List&), boost::signals2::optional_last_value<void>, int>;
+  // Held by pointer: a Signals2 signal cannot move, and the lists that hold
+  // a BroadcastList (a device's state) are made once and shared.
+  std::unique_ptr<Signal> signal_ = std::make_unique<Signal>();
+};
+
+// Per-object lists, keyed by ObjectKey or NumberKey (core/object_table.h). A key's
+// subscribers are an immutable set, replaced whole by a subscription and its
+// release, so a snapshot keeps what it copied. Keys are spread over shards,
+// each an ObjectTable under its own mutex, so that routing from many threads
+// and subscribing from many others rarely meet on one lock.
+template <typename Sub, typename Key = ObjectKey>
+class KeyedLists {
+ public:
+  using List = typename Snapshot<Sub>::List;
+
+  KeyedLists() : shards_(std::make_shared<std::array<Shard, kShards>>()) {}
+
+  // `key` must not be empty. The handle may outlive this KeyedLists.
+  Handle add(const Key& key, std::shared_ptr<Sub> subscriber) {
+    link(key, subscriber);
+    return subscription(std::move(subscriber),
+                        [weak = std::weak_ptr<std::array<Shard, kShards>>(shards_),
+                         key](const Sub* subscriber) {
+                          if (auto shards = weak.lock()) unlink(*shards, key, subscriber);
+                        });
+  }
+
+  Snapshot<Sub> snapshot(const Key& key) const {
+    Shard& shard = shard_for(*shards_, key);
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    const std::shared_ptr<Sub>* only = shard.objects.find(key);
+    if (only == nullptr) return {};
+    if (*only) return Snapshot<Sub>(*only);
+    const std::shared_ptr<const List>* several = shard.several.find(key);
+    return several != nullptr ? Snapshot<Sub>(*several) : Snapshot<Sub>();
+  }
+
+ private:
+  // A key with one subscriber has it in `objects` (24 bytes a slot, and a
+  // table is at most 3/4 full: most of a Registry's bytes per object). A
+  // key with several has a null there and its list in `several`, which
+  // stays unallocated while nothing has two.
+  struct Shard {
+    std::mutex mutex;
+    ObjectTable<std::shared_ptr<Sub>, Key> objects;
+    ObjectTable<std::shared_ptr<const List>, Key> several;
+  };
+  static constexpr std::size_t kShards = 64;
+  using Shards = std::array<Shard, kShards>;
+
+  static Shard& shard_for(Shards& shards, const Key& key) noexcept {
+    // Another hash than the table's own (object_table.h), so the two do not
+    // correlate; the low 4 bits are an address's alignment and kind.
+    const std::uint64_t bits = key.bits() >> 4;
+    return shards[(bits * 0x9E3779B97F4A7C15ull) >> 58];  // the top 6 bits: 64 shards
+  }
+
+  void link(const Key& key, std::shared_ptr<Sub> subscriber) {
+    Shard& shard = shard_for(*shards_, key);
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    std::shared_ptr<const List>* several = shard.several.find(key);
+    std::shared_ptr<Sub>& only = shard.objects[key];
+    List next;
+    if (only) {
+      next.push_back(only);
+    } else if (several != nullptr) {
+      next = **several;
+    } else {
+      only = std::move(subscriber);
+      return;
+    }
+    next.push_back(std::move(subscriber));
+    shard.several[key] = std::make_shared<const List>(std::move(next));
+    only.reset();  // another table: `only` still names its slot
+  }
+
+  static void unlink(Shards& shards, const Key& key, const Sub* subscriber) {
+    Shard& shard = shard_for(shards, key);
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    std::shared_ptr<Sub>* only = shard.objects.find(key);
+    if (only == nullptr) return;
+    if (*only) {
+      if (only->get() == subscriber) shard.objects.erase(key);
+      return;
+    }
+    std::shared_ptr<const List>* several = shard.several.find(key);
+    if (several == nullptr) return;
+    List rest;
+    for (const auto& s : **several) {
+      if (s.get() != subscriber) rest.push_back(s);
+    }
+    if (rest.size() == 1) {
+      *only = rest.front();
+      shard.several.erase(key);
+    } else {
+      *several = std::make_shared<const List>(std::move(rest));
+    }
+  }
+
+  // Shared with the handles' unlink, which may run after this is gone.
+  std::shared_ptr<Shards> shards_;
+};
+
+}  // namespace ibev::detail
+
+#endif  // IBEV_CORE_SUBSCRIBER_LISTS_H_

@@ -9,9 +9,10 @@
 # the difference divided by N so the set-up cancels; three runs each, whose
 # spread is printed (it should be 0).
 #
-# Then the timings, in ROUNDS rounds, each the base's binaries then this
-# tree's, back to back, so a load that comes and goes lands on both (the
-# 2-core CI machine is never quiet). For each figure (ns per event, ns per
+# Then the timings, in ROUNDS rounds, each the base's binaries and this
+# tree's back to back, so a load that comes and goes lands on both (the
+# 2-core CI machine is never quiet), in turns first (ABBA), so an order
+# effect cancels. For each figure (ns per event, ns per
 # handler, bytes per object) it prints
 # the median of the per-round ratios (this tree / base: below 1 is better),
 # a distribution-free interval for that median from the ratios' order
@@ -36,14 +37,20 @@ git diff --quiet HEAD -- . || here="$here+changes"
 
 tree=$(mktemp -d)
 raw=$(mktemp -d)
+# The base builds in an output base of its own under $tree, which goes with it.
+base_bazel=(bazel --output_base="$tree/output")
 cleanup() {
+  (cd "$tree/base" 2>/dev/null && "${base_bazel[@]}" shutdown >/dev/null 2>&1) || true
   git worktree remove --force "$tree/base" >/dev/null 2>&1 || true
+  git worktree prune
+  chmod -R u+w "$tree" 2>/dev/null || true
   rm -rf "$tree" "$raw"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-command -v valgrind >/dev/null || apt-get install -y -q --no-install-recommends valgrind >/dev/null
+command -v valgrind >/dev/null ||
+  { echo "compare_builds: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 benches=(instruction_counts registry_bench dispatch_bench)
 targets=("${benches[@]/#/\/\/bench:}")
 git worktree add --detach -q "$tree/base" "$base_commit"
@@ -52,8 +59,8 @@ if [[ ! -f $tree/base/bench/instruction_counts.cc ]]; then
   sed -n '/^# Instructions per operation/,/^)/p' bench/BUILD.bazel >>"$tree/base/bench/BUILD.bazel"
 fi
 quiet=(--noshow_progress --ui_event_filters=-info)
-(cd "$tree/base" && bazel build -c opt "${quiet[@]}" "${targets[@]}")
-base_bin=$(cd "$tree/base" && bazel info -c opt bazel-bin 2>/dev/null)
+(cd "$tree/base" && "${base_bazel[@]}" build -c opt "${quiet[@]}" "${targets[@]}")
+base_bin=$(cd "$tree/base" && "${base_bazel[@]}" info -c opt bazel-bin 2>/dev/null)
 bazel build -c opt "${quiet[@]}" "${targets[@]}"
 here_bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 mkdir -p "$raw/bin/base" "$raw/bin/here"
@@ -61,7 +68,6 @@ for b in "${benches[@]}"; do
   cp "$base_bin/bench/$b" "$raw/bin/base/"
   cp "$here_bin/bench/$b" "$raw/bin/here/"
 done
-(cd "$tree/base" && bazel shutdown >/dev/null 2>&1) || true
 
 # The figures of one run of both benchmarks, "name value" per line.
 figures() {
@@ -118,22 +124,29 @@ done
 
 ((rounds > 0)) || exit 0
 echo
-echo "timings: $rounds rounds, each the base's run then this tree's"
+echo "timings: $rounds rounds, the base's run and this tree's back to back, in turns first"
+export LC_ALL=C  # sort and join agree on the order
 for r in $(seq "$rounds"); do
-  figures "$raw/bin/base" >"$raw/base.$r"
-  figures "$raw/bin/here" >"$raw/here.$r"
-  join <(sort "$raw/base.$r") <(sort "$raw/here.$r") |
+  # ABBA: an order effect (a warm cache, a clock ramping up) cancels.
+  if ((r % 2)); then
+    figures "$raw/bin/base" >"$raw/base.$r"
+    figures "$raw/bin/here" >"$raw/here.$r"
+  else
+    figures "$raw/bin/here" >"$raw/here.$r"
+    figures "$raw/bin/base" >"$raw/base.$r"
+  fi
+  join <(sort -k1,1 "$raw/base.$r") <(sort -k1,1 "$raw/here.$r") |
     awk -v r="$r" '{printf "round %d %s base=%s here=%s ratio=%.4f\n", r, $1, $2, $3, $3 / $2}' |
     tee -a "$raw/ratios"
 done
 
 echo
 printf '%-30s %8s %19s  %s\n' figure median "interval" verdict
-awk -v n="$rounds" '
+awk '
   { sub("ratio=", "", $6); v[$3] = v[$3] " " $6 }
-  END {
-    # k: the largest with P(Binomial(n, 1/2) < k) <= 0.025; the interval
-    # [x(k), x(n+1-k)] then covers the median with at least 95 %.
+  # The largest k with P(Binomial(n, 1/2) < k) <= 0.025: the interval
+  # [x(k), x(n+1-k)] then covers the median with at least 95 % (0: none).
+  function order_k(n,    p, c, i, k) {
     p = 0; c = 1; k = 0
     for (i = 0; i < n; ++i) {
       p += c / 2 ^ n
@@ -141,8 +154,13 @@ awk -v n="$rounds" '
       k = i + 1
       c = c * (n - i) / (i + 1)
     }
+    return k
+  }
+  END {
     for (name in v) {
       m = split(v[name], x, " ")
+      k = order_k(m)  # a figure missing from some rounds has fewer ratios
+      if (k == 0) { printf "%-30s too few rounds (%d)\n", name, m; continue }
       for (i = 1; i <= m; ++i) for (j = i + 1; j <= m; ++j) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
       med = (m % 2) ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
       lo = x[k]; hi = x[m + 1 - k]

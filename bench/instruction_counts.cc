@@ -10,6 +10,7 @@
 //         route_spread_64k   route+deliver, events over 64k objects
 //         inject             Dispatcher::inject, then run_once delivers it
 //         attach_release     attach a QP handler, release it
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

@@ -31,6 +31,8 @@ struct DeviceState {
   const std::uint64_t generation = next_generation();
 
   BroadcastList<EventSubscriber> listeners;
+  // ibev's own (Registry::listen_last): after the listeners and the counts.
+  BroadcastList<EventSubscriber> last;
   std::array<AtomicEventCounts, CounterSnapshot::kTrackedCodes + 1> counts;
   std::atomic<std::uint64_t> completion_handler_failures{0};
   std::atomic<std::uint64_t> failures{0};

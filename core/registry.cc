@@ -225,30 +225,35 @@ Handle Registry::listen(ibv_context* device, Handler handler) {
   return listen(device, EventFilter{}, std::move(handler));
 }
 
-Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler,
-                        Executor executor) {
-  return listen(device, std::move(filter), std::move(handler), std::move(executor),
-                detail::Tier::kNormal);
-}
+namespace {
 
-Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler,
-                        Executor executor, detail::Tier tier) {
-  if (device == nullptr) {
-    throw std::invalid_argument("Registry::listen: the device is null");
-  }
-  require_handler("Registry::listen", static_cast<bool>(handler));
+void require_listener(const char* verb, ibv_context* device, const EventFilter& filter,
+                      const Handler& handler) {
+  if (device == nullptr) throw std::invalid_argument(std::string(verb) + ": the device is null");
+  require_handler(verb, static_cast<bool>(handler));
   for (int code : filter.types()) {
     if (is_object(element_of(code))) {
       throw std::invalid_argument(
-          "Registry::listen: " + describe_event_code(code) + " is a " +
+          std::string(verb) + ": " + describe_event_code(code) + " is a " +
           std::string(to_string(element_of(code))) +
           " event; it reaches only that object's handlers (attach one)");
     }
   }
-  return state_->device(device)->listeners.add(
-      std::make_shared<detail::EventSubscriber>(std::move(handler), std::move(filter),
-                                                std::move(executor)),
-      tier);
+}
+
+}  // namespace
+
+Handle Registry::listen(ibv_context* device, EventFilter filter, Handler handler,
+                        Executor executor) {
+  require_listener("Registry::listen", device, filter, handler);
+  return state_->device(device)->listeners.add(std::make_shared<detail::EventSubscriber>(
+      std::move(handler), std::move(filter), std::move(executor)));
+}
+
+Handle Registry::listen_last(ibv_context* device, EventFilter filter, Handler handler) {
+  require_listener("Registry::listen_last", device, filter, handler);
+  return state_->device(device)->last.add(
+      std::make_shared<detail::EventSubscriber>(std::move(handler), std::move(filter)));
 }
 
 Handle Registry::on_unclaimed(Handler observer) {
@@ -290,6 +295,9 @@ std::size_t Registry::deliver(const Delivery& delivery) {
     counts.unclaimed.fetch_add(1, std::memory_order_relaxed);
     // Unclaimed is known only now: the observers are those present now.
     state->unclaimed.snapshot().deliver(event, "unclaimed observer", report);
+  }
+  if (!is_object(event.element_kind())) {
+    delivery.device_->last.snapshot().deliver(event, "event handler", report);
   }
   return ran;
 }

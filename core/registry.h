@@ -147,10 +147,12 @@ class Registry {
   Handle listen(ibv_context* device, Handler handler);
   Handle listen(ibv_context* device, EventFilter filter, Handler handler,
                 Executor executor = {});
-  // For ibev's own listeners (detail::Tier is not API): one that runs before
-  // or after every listener of the normal tier.
-  Handle listen(ibv_context* device, EventFilter filter, Handler handler, Executor executor,
-                detail::Tier tier);
+  // For ibev's own listeners (DeviceClients hears a device's loss there):
+  // runs on the delivering thread after every listener, once the event was
+  // counted and, if no listener took it, offered to the unclaimed
+  // observers; it neither claims nor counts the event. Its snapshot is
+  // taken then, not at resolve.
+  Handle listen_last(ibv_context* device, EventFilter filter, Handler handler);
 
   // Events no handler took. Runs on the delivering thread, like handlers.
   Handle on_unclaimed(Handler observer);

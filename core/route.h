@@ -124,11 +124,6 @@ bool call(const std::shared_ptr<Sub>& subscriber, const typename Sub::Argument& 
 
 enum class Order : std::uint8_t { kRegistration, kReverse };
 
-// Where a subscription sits in a device-wide list, before registration
-// order: ibev's own subscribers that must run before or after the
-// application's (DeviceClients hears a device's loss after its listeners).
-enum class Tier : int { kFirst = -1, kNormal = 0, kLast = 1 };
-
 template <typename Sub>
 class Snapshot {
  public:

@@ -35,6 +35,9 @@
 
 namespace ibev::detail {
 
+// Where a subscription sits in a BroadcastList, before registration order.
+enum class Tier : int { kFirst = -1, kNormal = 0, kLast = 1 };
+
 template <typename Sub>
 class BroadcastList {
  public:

@@ -56,7 +56,6 @@ class DeviceTracker : public std::enable_shared_from_this<DeviceTracker> {
   void report_verb(const char* verb, int error) noexcept;
 
  private:
-
   // What watchers hear: the nodes present before a change, then the change
   // (none for a watcher's first call, which only catches it up).
   // Held by value: a subscriber's argument is copied into its executor's

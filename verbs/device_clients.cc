@@ -2,7 +2,8 @@
 // kAdded with its uverbs node) -> it is opened, once, and listened to ->
 // every client's add. A device goes: its Device is lost (verbs/device.cc)
 // and its listeners hear the DEVICE_FATAL carrying the loss, as every
-// listener does; this one is in the last tier, after the application's ->
+// listener does; DeviceClients' own comes after all of them and after the
+// event is counted (Registry::listen_last) ->
 // every client that heard add hears remove, newest client first -> the
 // Device closes itself when its listeners have run.
 //
@@ -106,34 +107,39 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
   }
 
   // The device's end, as its listeners hear it (the loss a DEVICE_FATAL
-  // carries), after the application's listeners: this subscription is in
-  // the last tier.
+  // carries), after every application listener has (Registry::listen_last).
   Handle hear_end(const Device& device) {
-    return device.registry().listen(
+    return device.registry().listen_last(
         device.context(), EventFilter{IBV_EVENT_DEVICE_FATAL},
         [weak = weak_from_this(), context = device.context()](const Event& event) {
-          if (event.loss() == DeviceLoss::kNone) return;  // cannot be: a loss closes it
+          if (event.loss() == DeviceLoss::kNone) return;  // an injected one: not an end
           if (auto self = weak.lock()) self->lost(context, event.loss());
-        },
-        {}, detail::Tier::kLast);
+        });
   }
 
   // Every client that heard add hears remove; the Device closes when this
-  // returns. This listener's own handle is released here, on its thread.
+  // returns. The device leaves the list (and this listener's own handle is
+  // released, on its own thread: no wait) only after the clients: so a
+  // ~DeviceClients that finds it there waits, releasing the handle, until
+  // every remove has returned.
   void lost(ibv_context* context, DeviceLoss loss) {
-    Open gone;
+    std::shared_ptr<Device> device;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      const auto it = std::find_if(devices.begin(), devices.end(), [&](const Open& open) {
-        return open.device->context() == context;
-      });
+      const auto it = find(context);
       if (it == devices.end()) return;
-      gone = std::move(*it);
+      device = it->device;
+    }
+    if (!closed.load()) call_clients(detail::Order::kReverse, ClientCall{false, device, loss});
+    Handle end;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      const auto it = find(context);
+      if (it == devices.end()) return;  // ~DeviceClients took it: it releases it
+      end = std::move(it->end);
       devices.erase(it);
     }
-    gone.end.release();
-    if (closed.load()) return;
-    call_clients(detail::Order::kReverse, ClientCall{false, gone.device, loss});
+    end.release();
   }
 
   // A client registered now hears add for every device open.
@@ -165,6 +171,12 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
     std::shared_ptr<Device> device;
     Handle end;  // its listener of the device's end
   };
+
+  // Under `mutex`.
+  std::vector<Open>::iterator find(ibv_context* context) {
+    return std::find_if(devices.begin(), devices.end(),
+                        [&](const Open& open) { return open.device->context() == context; });
+  }
 
   Dispatcher& dispatcher;
   std::atomic<bool> closed{false};

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ibev/core/registry.h>

@@ -215,6 +215,36 @@ BOOST_AUTO_TEST_CASE(listeners_run_in_registration_order) {
   BOOST_TEST(order == (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
+// ibev's own last listener (DeviceClients hears a device's loss there) runs
+// after every listener, even one registered later, and neither claims the
+// event nor counts it: with no other listener the event is unclaimed, its
+// observers hear it first, and route() says nobody took it.
+BOOST_AUTO_TEST_CASE(a_last_listener_runs_after_the_rest_and_claims_nothing) {
+  Registry registry;
+  ibv_context device{};
+  std::vector<std::string> order;
+  Handle last = registry.listen_last(&device, EventFilter{IBV_EVENT_DEVICE_FATAL},
+                                     [&](const Event&) { order.push_back("last"); });
+  Handle observer = registry.on_unclaimed([&](const Event&) { order.push_back("unclaimed"); });
+  const auto fatal = [&] {
+    return Event::synthesize(&device, IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
+  };
+  BOOST_TEST(registry.route(fatal()) == 0u);
+  BOOST_TEST(order == (std::vector<std::string>{"unclaimed", "last"}));
+  BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_DEVICE_FATAL).unclaimed == 1u);
+
+  order.clear();
+  Handle listener = registry.listen(&device, [&](const Event&) { order.push_back("listener"); });
+  BOOST_TEST(registry.route(fatal()) == 1u);
+  BOOST_TEST(order == (std::vector<std::string>{"listener", "last"}));
+  BOOST_TEST(registry.counters(&device).for_code(IBV_EVENT_DEVICE_FATAL).delivered == 1u);
+
+  // Not for object events, and its filter is checked as a listener's.
+  expect_invalid([&] {
+    (void)registry.listen_last(&device, EventFilter{IBV_EVENT_QP_FATAL}, [](const Event&) {});
+  }, "Registry::listen_last");
+}
+
 // A closed device's address may be a re-added device's next: its old
 // listeners must not hear the newcomer.
 BOOST_AUTO_TEST_CASE(a_forgotten_device_s_listeners_hear_nothing_more) {

@@ -511,8 +511,8 @@ struct ReadsHeld {
 };
 
 BOOST_AUTO_TEST_CASE(destroying_a_cq_with_unacked_events_does_not_block) {
+  ReadsHeld reads_held;  // set before the dispatcher starts, reset after it stops
   Link link;
-  ReadsHeld reads_held;
   Completions received;
   auto recv_cq = link.cq(received.handler(), 1000);  // never acked in the loop
   auto a = link.qp(plain_cq(link.env.device), plain_cq(link.env.device));

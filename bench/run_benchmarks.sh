@@ -609,6 +609,8 @@ signal per object, while a device's few, long-lived listeners are.
 
 $(cat docs/soak.md 2>/dev/null | sed '1s/^# /## /')
 
+$(cat docs/compare.md 2>/dev/null | sed '1s/^# /## /')
+
 ## Raw output
 
 \`\`\`

@@ -66,6 +66,12 @@ class Drain {
     }
     if (last) finish({});
   }
+  // A marker's completion came: its queue is drained.
+  void marker_came(bool is_send) {
+    arrived([is_send](DrainReport& report) {
+      (is_send ? report.send_drained : report.receive_drained) = true;
+    });
+  }
 
   bool answered() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -221,11 +227,7 @@ MarkerPoll start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& 
       }
       drain->hold(served_by->take_completion(
           cq->get(), qp->qp_num, marker_id, [weak = std::weak_ptr<Drain>(drain), is_send](const ibv_wc&) {
-            if (auto drain = weak.lock()) {
-              drain->arrived([is_send](DrainReport& report) {
-                (is_send ? report.send_drained : report.receive_drained) = true;
-              });
-            }
+            if (auto drain = weak.lock()) drain->marker_came(is_send);
           }));
     };
     if (send) take(parents.send_cq, true);
@@ -304,11 +306,7 @@ void MarkerPoll::run(const DrainOptions& options) noexcept {
   try {
     const bool all_came = poll_for_markers(
         std::move(markers), qp_num, options.polled, options.timeout, *drain,
-        [&](bool is_send) {
-          drain->arrived([is_send](DrainReport& report) {
-            (is_send ? report.send_drained : report.receive_drained) = true;
-          });
-        });
+        [&](bool is_send) { drain->marker_came(is_send); });
     // All came, or a close() stopped the polling: the drain ends with its
     // last awaited thing, its timer, or this hold on it.
     if (!all_came) drain->finish(std::make_error_code(std::errc::timed_out));

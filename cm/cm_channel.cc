@@ -4,17 +4,18 @@
 // event is acked, and the routing primitive's call (core/route.h) runs the
 // handler, inline or on the id's executor.
 //
-// Locking: a channel's `mutex` guards its table of ids (and the timers of
-// release_removed_devices), and nothing else is done under it. Its `calls`
-// lock is held around rdma_get_cm_event and each CmId's librdmacm call,
-// never across a handler: librdmacm is not safe for two threads in one id at
-// once. An id's own mutex guards its QP and connection state. The
-// dispatching thread holds no lock while a handler runs. The waits: an id's
-// close() waits for its running handler (its subscriber's guard) holding no
-// lock, then destroys the id under `calls`; there rdma_destroy_id waits for the acks of
-// the id's events, which serve() gives without `calls` (it holds that lock
-// only to read), and before it delivers anything. establish() works on the
-// id before the ack without `calls`: until the ack the id cannot be
+// Locking: a channel's table of ids is a KeyedLists (its shard locks are
+// leaves); its `mutex` guards the timers of release_removed_devices, and
+// nothing else is done under it. Its `calls` lock is held around
+// rdma_get_cm_event and each CmId's librdmacm call, never across a handler:
+// librdmacm is not safe for two threads in one id at once. An id's own
+// mutex guards its QP and connection state. The dispatching thread holds no
+// lock while a handler runs. The waits: an id's close() releases its
+// subscription, which waits for its running handler holding no lock, then
+// destroys the id under `calls`; there rdma_destroy_id waits for the acks
+// of the id's events, which serve() gives without `calls` (it holds that
+// lock only to read), and before it delivers anything. establish() works on
+// the id before the ack without `calls`: until the ack the id cannot be
 // destroyed, and what it calls (rdma_init_qp_attr, rdma_establish) only
 // reads the id.
 #include <fcntl.h>
@@ -95,7 +96,7 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
       return routed;
     }
     auto made = exception_text([&] {
-      const CmSubscriber& listener = *routed.to->subscriber;
+      const CmIdState& listener = *routed.to;
       event.new_id = std::make_shared<CmId>(
           CmId::Token{}, std::move(channel_object), raw.id, listener.callback,
           listener.executor ? *listener.executor : Executor{});
@@ -179,7 +180,7 @@ void CmChannelState::establish(CmIdState& state, rdma_cm_id* id, CmEvent& event)
 // The handler, unless its id was closed meanwhile (then it never runs again).
 void CmChannelState::deliver(const Routed& routed) noexcept {
   if (routed.to == nullptr) return;
-  call(routed.to->subscriber, routed.event, "CM event handler",
+  call(routed.to, routed.event, "CM event handler",
        [self = shared_from_this(), to = routed.to](Failure failure, const CmEvent& event) {
          failure.event_code = event.code;
          failure.object = to->id.load();

@@ -139,7 +139,7 @@ CmId::CmId(Token, std::shared_ptr<CmEventChannel> channel, rdma_cm_id* id, CmHan
     : channel_(std::move(channel)),
       state_(std::make_shared<detail::CmIdState>(id, std::move(handler), std::move(executor))) {
   state_->owner = this;
-  channel_->state_->add(id, state_);
+  routed_ = channel_->state_->ids.add(detail::CmIdKey(id), state_);
 }
 
 CmId::~CmId() { close(); }
@@ -159,9 +159,11 @@ void CmId::close() noexcept {
   if (channel_->state_->inherited()) {
     // A forked child's copy: the parent's id, forgotten, not destroyed. Its
     // locks and its handler's guard are as the parent's threads left them
-    // at the fork (a handler running then never returns here): nothing of
-    // them is taken or waited for, and no other thread is left to race.
+    // at the fork (a handler running then never returns here): releasing
+    // the subscription takes and waits for nothing of them
+    // (core/process.h), and no other thread is left to race.
     if (closing_.exchange(true)) return;
+    routed_.release();
     state_->id.store(nullptr);
     state_->qp.reset();
     closed_ = true;
@@ -171,7 +173,7 @@ void CmId::close() noexcept {
     // Another close() runs. From inside this id's handler, return (that one
     // waits for this call to end, unless it is this call); from anywhere
     // else, wait for it to finish and for the handler, as it does.
-    detail::CallGuard& guard = state_->subscriber->guard;
+    detail::CallGuard& guard = state_->guard;
     if (guard.running_here()) return;
     std::unique_lock<std::mutex> lock(close_mutex_);
     closed_changed_.wait(lock, [this] { return closed_; });
@@ -180,9 +182,9 @@ void CmId::close() noexcept {
     return;
   }
   rdma_cm_id* id = get();
-  channel_->state_->remove(id);  // an event read from now on is not routed
-  state_->subscriber->guard.close();
-  state_->subscriber->guard.wait_idle();
+  // An event read from now on is not routed, and the handler has returned
+  // (unless this is it) and never runs again.
+  routed_.release();
   {
     std::lock_guard<std::mutex> calls(channel_->state_->calls);
     state_->id.store(nullptr);

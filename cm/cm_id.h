@@ -261,6 +261,7 @@ class CmId {
   std::mutex close_mutex_;
   std::condition_variable closed_changed_;
   bool closed_ = false;  // the first close() is done
+  Handle routed_;        // in the channel's table of ids; released by the first close()
 };
 
 }  // namespace ibev

@@ -1,40 +1,38 @@
 // Internal to cm/: what a CM id and its event channel share. A CmIdState is
-// one id's (its handler as a routing subscriber, its QP and connection
-// state); a CmChannelState is one channel's (the ids routed on it, the lock
-// librdmacm needs, the stats). cm_channel.cc serves the channel,
-// cm_id.cc is CmId's calls, cm_qp.cc the CM's steps of a QP.
+// one id's: a routing subscriber (core/route.h) with its QP and connection
+// state. A CmChannelState is one channel's: the ids routed on it, one
+// KeyedLists as the registry's objects are (CmId holds its subscription and
+// close() releases it), the lock librdmacm needs, the stats. cm_channel.cc
+// serves the channel, cm_id.cc is CmId's calls, cm_qp.cc the CM's steps of
+// a QP.
 #ifndef IBEV_CM_CM_STATE_H_
 #define IBEV_CM_CM_STATE_H_
 
 #include <rdma/rdma_cma.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include <ibev/cm/cm_id.h>
+#include <ibev/core/process.h>
 #include <ibev/core/route.h>
+#include <ibev/core/subscriber_lists.h>
 
 namespace ibev::detail {
 
 IBEV_DECLARE_ATOMIC_STATS(CmAtomicStats, CmStats, IBEV_CM_STATS);
 
-using CmSubscriber = Subscriber<CmEvent>;
-
-struct CmIdState {
+// An id as its channel routes to it: the handler, its executor and its
+// guard (the Subscriber), and what the channel's steps need of the id.
+struct CmIdState : Subscriber<CmEvent> {
   CmIdState(rdma_cm_id* cm_id, CmHandler handler, Executor executor)
-      : id(cm_id),
-        subscriber(std::make_shared<CmSubscriber>(std::move(handler), AnyArg{},
-                                                  std::move(executor))) {}
+      : Subscriber(std::move(handler), AnyArg{}, std::move(executor)), id(cm_id) {}
 
   std::atomic<rdma_cm_id*> id;  // null once closed
-  // The handler; close() waits on its guard.
-  const std::shared_ptr<CmSubscriber> subscriber;
   CmId* owner = nullptr;
 
   std::mutex mutex;
@@ -46,27 +44,33 @@ struct CmIdState {
   std::atomic<bool> device_removed{false};  // it heard DEVICE_REMOVAL
 };
 
+// The key of an id's state: its rdma_cm_id's address, which no other id has
+// while the id lives (librdmacm allocates it, so it is aligned: the
+// KeyedLists' shard hash skips the low bits).
+class CmIdKey {
+ public:
+  CmIdKey() noexcept = default;  // the empty key
+  explicit CmIdKey(const rdma_cm_id* id) noexcept : bits_(reinterpret_cast<std::uintptr_t>(id)) {}
+  bool empty() const noexcept { return bits_ == 0; }
+  std::uintptr_t bits() const noexcept { return bits_; }
+  friend bool operator==(CmIdKey a, CmIdKey b) noexcept { return a.bits_ == b.bits_; }
+
+ private:
+  std::uintptr_t bits_ = 0;
+};
+
 struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
   CmChannelState(rdma_event_channel* c, unsigned b, Registry& r)
       : channel(c), batch(b), registry(r) {}
   // In a child forked after the channel was made, its ids are the parent's:
   // rdma_destroy_id on the shared CM file would destroy them there.
-  bool inherited() const noexcept { return ::getpid() != process; }
+  bool inherited() const noexcept { return process.inherited(); }
   // The last id is gone (each keeps the channel alive), and so is serving.
   ~CmChannelState() { rdma_destroy_event_channel(channel); }
 
-  void add(rdma_cm_id* id, std::shared_ptr<CmIdState> state) {
-    std::lock_guard<std::mutex> lock(mutex);
-    ids[id] = std::move(state);
-  }
-  void remove(rdma_cm_id* id) {
-    std::lock_guard<std::mutex> lock(mutex);
-    ids.erase(id);
-  }
-  std::shared_ptr<CmIdState> find(rdma_cm_id* id) const {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = ids.find(id);
-    return it != ids.end() ? it->second : nullptr;
+  // The id's state until its subscription is released; null after.
+  std::shared_ptr<CmIdState> find(const rdma_cm_id* id) const {
+    return ids.snapshot(CmIdKey(id)).only();
   }
 
   struct Routed {
@@ -82,7 +86,7 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
 
   rdma_event_channel* const channel;
   const unsigned batch;
-  const pid_t process = ::getpid();  // that made it
+  const OwningProcess process;  // that made it
   Registry& registry;                   // the Dispatcher's: where failures go
   std::weak_ptr<CmEventChannel> owner;  // set once, before serving starts
   CmAtomicStats stats;
@@ -94,9 +98,9 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
   // threads must not be in it for one id at once.
   std::mutex calls;
 
-  mutable std::mutex mutex;
-  std::unordered_map<rdma_cm_id*, std::shared_ptr<CmIdState>> ids;
-  std::vector<Handle> retries;  // release_removed_devices() again, later (guarded too)
+  KeyedLists<CmIdState, CmIdKey> ids;  // one subscriber a key
+  std::mutex mutex;
+  std::vector<Handle> retries;  // release_removed_devices() again, later (under `mutex`)
 };
 
 // The CM's QP steps (cm_qp.cc). move_qp: one step with the attributes the CM

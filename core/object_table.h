@@ -80,7 +80,8 @@ class NumberKey {
   std::uint64_t id_ = 0;
 };
 
-// `Key` is ObjectKey or NumberKey: empty(), bits() to hash, ==.
+// `Key` has empty(), bits() to hash, and ==: ObjectKey, NumberKey, or a
+// source's own (the CM's ids, cm/cm_state.h).
 template <typename Value, typename Key = ObjectKey>
 class ObjectTable {
  public:

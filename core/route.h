@@ -15,7 +15,8 @@
 //    or hand a task to the executor (a refusal is a failure); inside the
 //    guard; what the callback throws becomes a Failure for `report`.
 //  - subscription() is the one release, the wait rule of core/handle.h:
-//    close (no call starts), unlink, wait for calls on other threads.
+//    close (no call starts), unlink, wait for calls on other threads; in a
+//    forked child, a list inherited from the parent is left as it is.
 //
 // The lists that hold subscribers, and take snapshots of them, are in
 // core/subscriber_lists.h.
@@ -135,6 +136,9 @@ class Snapshot {
       : several_(std::move(several)) {}
 
   bool empty() const noexcept { return !only_ && (!several_ || several_->empty()); }
+  // The subscriber when there is one, null when none or several (a CM id's
+  // key has one: cm/cm_state.h).
+  const std::shared_ptr<Sub>& only() const noexcept { return only_; }
 
   // Tells each subscriber `arg` (call() above), in `order`; returns how many
   // ran or were handed to their executors.
@@ -166,20 +170,23 @@ class Snapshot {
 // it is kept by type inside the handle's one closure and given the
 // subscriber rather than holding a pointer of its own: an object handler is
 // made per QP and CQ, and each such copy was bytes in a closure
-// (bench/registry_bench's memory figure).
+// (bench/registry_bench's memory figure). It returns false when the list is
+// inherited (core/process.h): then nothing is unlinked, and nothing waited
+// for, since the calls the guard counts were on the parent's threads.
 template <typename Sub, typename Unlink>
 Handle subscription(std::shared_ptr<Sub> subscriber, Unlink unlink) {
   return Handle([subscriber = std::move(subscriber),
                  unlink = std::move(unlink)]() mutable noexcept {
     subscriber->guard.close();
+    bool ours = true;
     try {
-      unlink(static_cast<const Sub*>(subscriber.get()));
+      ours = unlink(static_cast<const Sub*>(subscriber.get()));
     } catch (...) {
       // Only allocation can fail there (a KeyedLists copies the rest of a
       // key's list). The subscriber is closed already, so it never runs; its
       // entry, and its captures, stay until its key's list goes.
     }
-    subscriber->guard.wait_idle();
+    if (ours) subscriber->guard.wait_idle();
   });
 }
 

@@ -16,7 +16,8 @@
 // Both give the same Snapshot, so both keep the one rule: a snapshot is who
 // was subscribed when it was taken, and a subscriber released since is
 // skipped. Every member may be called from any thread; no lock is held while
-// a subscriber runs.
+// a subscriber runs. Both know the process that made them: a handle released
+// in a forked child leaves the parent's list (its locks, its calls) alone.
 #ifndef IBEV_CORE_SUBSCRIBER_LISTS_H_
 #define IBEV_CORE_SUBSCRIBER_LISTS_H_
 
@@ -31,6 +32,7 @@
 
 #include <ibev/core/handle.h>
 #include <ibev/core/object_table.h>
+#include <ibev/core/process.h>
 #include <ibev/core/route.h>
 
 namespace ibev::detail {
@@ -53,7 +55,11 @@ class BroadcastList {
           if (live && !live->guard.closed()) out.push_back(std::move(live));
         });
     return subscription(std::move(subscriber),
-                        [connection](const Sub*) mutable { connection.disconnect(); });
+                        [connection, process = process_](const Sub*) mutable {
+                          if (process.inherited()) return false;  // the signal's lock may be held
+                          connection.disconnect();
+                          return true;
+                        });
   }
 
   // Who is subscribed now, not released, in tier then registration order.
@@ -70,9 +76,10 @@ class BroadcastList {
   // Held by pointer: a Signals2 signal cannot move, and the lists that hold
   // a BroadcastList (a device's state) are made once and shared.
   std::unique_ptr<Signal> signal_ = std::make_unique<Signal>();
+  OwningProcess process_;
 };
 
-// Per-object lists, keyed by ObjectKey or NumberKey (core/object_table.h). A key's
+// Per-object lists, keyed as an ObjectTable is (core/object_table.h). A key's
 // subscribers are an immutable set, replaced whole by a subscription and its
 // release, so a snapshot keeps what it copied. Keys are spread over shards,
 // each an ObjectTable under its own mutex, so that routing from many threads
@@ -82,15 +89,17 @@ class KeyedLists {
  public:
   using List = typename Snapshot<Sub>::List;
 
-  KeyedLists() : shards_(std::make_shared<std::array<Shard, kShards>>()) {}
+  KeyedLists() : shards_(std::make_shared<Shards>()) {}
 
   // `key` must not be empty. The handle may outlive this KeyedLists.
   Handle add(const Key& key, std::shared_ptr<Sub> subscriber) {
     link(key, subscriber);
     return subscription(std::move(subscriber),
-                        [weak = std::weak_ptr<std::array<Shard, kShards>>(shards_),
-                         key](const Sub* subscriber) {
-                          if (auto shards = weak.lock()) unlink(*shards, key, subscriber);
+                        [weak = std::weak_ptr<Shards>(shards_), key](const Sub* subscriber) {
+                          auto shards = weak.lock();
+                          if (shards && shards->process.inherited()) return false;
+                          if (shards) unlink(*shards, key, subscriber);
+                          return true;
                         });
   }
 
@@ -115,13 +124,16 @@ class KeyedLists {
     ObjectTable<std::shared_ptr<const List>, Key> several;
   };
   static constexpr std::size_t kShards = 64;
-  using Shards = std::array<Shard, kShards>;
+  struct Shards {
+    std::array<Shard, kShards> shard;
+    const OwningProcess process;  // a forked child's copy: its locks may be held
+  };
 
   static Shard& shard_for(Shards& shards, const Key& key) noexcept {
     // Another hash than the table's own (object_table.h), so the two do not
     // correlate; the low 4 bits are an address's alignment and kind.
     const std::uint64_t bits = key.bits() >> 4;
-    return shards[(bits * 0x9E3779B97F4A7C15ull) >> 58];  // the top 6 bits: 64 shards
+    return shards.shard[(bits * 0x9E3779B97F4A7C15ull) >> 58];  // the top 6 bits: 64 shards
   }
 
   void link(const Key& key, std::shared_ptr<Sub> subscriber) {

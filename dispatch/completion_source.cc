@@ -211,7 +211,7 @@ struct ChannelWithFirstCq {
 // Below watch_completions, which makes the handle that calls it.
 void stop_watching(const std::shared_ptr<Reactor>& reactor,
                    const std::shared_ptr<ChannelSource>& source, CqEntry& entry,
-                   pid_t owner) noexcept;
+                   const OwningProcess& process) noexcept;
 
 // --- One completion's path ---
 
@@ -570,8 +570,8 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
 
   Handle handle([weak = std::weak_ptr<Reactor>(reactor),
                  weak_source = std::weak_ptr<ChannelSource>(source), entry,
-                 owner = reactor->owner()]() noexcept {
-    stop_watching(weak.lock(), weak_source.lock(), *entry, owner);
+                 process = reactor->process()]() noexcept {
+    stop_watching(weak.lock(), weak_source.lock(), *entry, process);
   });
 
   // Armed before the caller can make any completion arrive.
@@ -591,8 +591,8 @@ namespace {
 // the reactor. Then it waits for a turn in progress (unless this is it).
 void stop_watching(const std::shared_ptr<Reactor>& reactor,
                    const std::shared_ptr<ChannelSource>& source, CqEntry& entry,
-                   pid_t owner) noexcept {
-  if (::getpid() != owner) return;  // a forked child's copy: inert
+                   const OwningProcess& process) noexcept {
+  if (process.inherited()) return;  // a forked child's copy: inert
   entry.guard().close();
   // Every event read for this CQ was counted in `unacked`.
   const auto ack_leftovers = [&entry] {

@@ -23,6 +23,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -65,8 +66,7 @@ Reactor::Reactor(Dispatcher::Options options)
     : options_(std::move(options)),
       registry_(options_.on_failure),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
-      wakeup_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      owner_(::getpid()) {
+      wakeup_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (epoll_.get() < 0) throw_system_error("epoll_create1", errno);
   if (wakeup_.get() < 0) throw_system_error("eventfd", errno);
   epoll_event event{};
@@ -154,8 +154,8 @@ std::shared_ptr<Source> Reactor::remove(std::uint64_t source_id) noexcept {
 Handle Reactor::handle_for(const std::shared_ptr<Reactor>& reactor,
                            std::uint64_t source_id) {
   return Handle([weak = std::weak_ptr<Reactor>(reactor), source_id,
-                 owner = reactor->owner_]() noexcept {
-    if (::getpid() != owner) return;  // a forked child's copy: inert
+                 process = reactor->process_]() noexcept {
+    if (process.inherited()) return;  // a forked child's copy: inert
     if (auto self = weak.lock()) {
       if (auto source = self->remove(source_id)) source->guard().wait_idle();
     }

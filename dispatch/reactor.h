@@ -7,9 +7,6 @@
 #ifndef IBEV_DISPATCH_REACTOR_H_
 #define IBEV_DISPATCH_REACTOR_H_
 
-#include <sys/types.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -23,6 +20,7 @@
 #include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/process.h>
 #include <ibev/core/registry.h>
 #include <ibev/core/stats.h>
 #include <ibev/dispatch/dispatcher.h>
@@ -102,8 +100,8 @@ class Reactor {
   void shut_down() noexcept;
 
   // False in a child forked after the reactor was made.
-  bool in_owner_process() const noexcept { return ::getpid() == owner_; }
-  pid_t owner() const noexcept { return owner_; }
+  bool in_owner_process() const noexcept { return !process_.inherited(); }
+  const OwningProcess& process() const noexcept { return process_; }
 
   // Who dispatches; see Dispatcher.
   std::atomic<bool> stop_requested{false};
@@ -124,7 +122,7 @@ class Reactor {
   Registry registry_;
   FileDescriptor epoll_;
   FileDescriptor wakeup_;
-  const pid_t owner_;
+  const OwningProcess process_;
   AtomicDispatcherStats stats_;
   std::atomic<std::int64_t> turn_started_ns_{0};
 

@@ -28,8 +28,6 @@
 #define IBEV_VERBS_OWNERSHIP_H_
 
 #include <infiniband/verbs.h>
-#include <sys/types.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -40,6 +38,7 @@
 
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/process.h>
 #include <ibev/core/registry.h>
 
 namespace ibev::detail {
@@ -77,7 +76,7 @@ class Owned {
   }
   void serve_with(Handle handle) { handles_.push_back(std::move(handle)); }
   // True in a child forked after the object was made: it is the parent's.
-  bool inherited() const noexcept { return ::getpid() != owner_; }
+  bool inherited() const noexcept { return process_.inherited(); }
 
   // Gives the object up without destroying it, its handles released first:
   // the caller destroys it (a QP draining before its destroy).
@@ -108,7 +107,7 @@ class Owned {
   ibv_context* device_ = nullptr;
   Registry* registry_ = nullptr;
   std::vector<Handle> handles_;
-  pid_t owner_ = ::getpid();
+  OwningProcess process_;
 };
 
 }  // namespace ibev::detail

@@ -6,6 +6,9 @@
 #include <ibev/core/route.h>
 #include <ibev/core/subscriber_lists.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -150,6 +153,40 @@ BOOST_DATA_TEST_CASE(release_waits_for_a_call_on_another_thread, kStorages, keye
   handle.release();
   BOOST_TEST(returned.load());  // release returned only after the call did
   caller.join();
+}
+
+// A forked child letting go of a handle it inherited while a thread of the
+// parent was inside the callback: that call is on a thread the child does
+// not have, so waiting for it never ended (it used to, and the child hung).
+// The child's release returns at once and touches nothing of the parent's.
+BOOST_DATA_TEST_CASE(a_forked_child_releases_an_inherited_handle_without_waiting, kStorages,
+                     keyed) {
+  Lists lists(keyed);
+  std::promise<void> entered, leave;
+  std::shared_future<void> left = leave.get_future().share();
+  Handle handle = lists.add(std::make_shared<Sub>([&](const Seen&) {
+    entered.set_value();
+    left.wait();
+  }));
+  const Snapshot<Sub> taken = lists.snapshot();
+  std::thread caller([&] {
+    std::vector<int> seen;
+    deliver(taken, seen);
+  });
+  entered.get_future().wait();
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(10);
+    handle.release();
+    ::_exit(handle.active() ? 1 : 0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  leave.set_value();
+  caller.join();
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+             "the child ended with status " << status << " (SIGALRM: it waited)");
 }
 
 // What a callback throws, std::exception or not, is reported under the name

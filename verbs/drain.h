@@ -10,7 +10,8 @@
 // Nothing here waits on a thread but MarkerPoll::run, and that only for a
 // kPolled CQ: it has no completion channel, so there is nothing to wait on
 // but the CQ itself (polled with a short pause between empty polls, bounded
-// by DrainOptions::timeout).
+// by DrainOptions::timeout). The kernel does the same for its IB_POLL_DIRECT
+// CQs: __ib_drain_sq calls ib_process_cq_direct between waits of HZ/10.
 //
 // Locking: a Drain's mutex (its progress) is a leaf, never held across
 // `done`, a handle's release or a verb. queue_pair.cc says how close()

@@ -64,14 +64,17 @@ bool EventFilter::has_type(int code) const noexcept {
 }
 
 std::vector<int> EventFilter::types() const {
+  // Every attach checks its filter's types: the default filter (all types)
+  // costs nothing, a mask only its set bits.
+  if (all_types_) return {};
   static const std::vector<int> kNone;
   const std::vector<int>& others = others_ ? *others_ : kNone;
   std::vector<int> codes;
   for (int code : others) {
     if (code < 0) codes.push_back(code);
   }
-  for (int code = 0; code < kMaskCodes; ++code) {
-    if ((mask_ & (std::uint64_t{1} << code)) != 0) codes.push_back(code);
+  for (std::uint64_t bits = mask_; bits != 0; bits &= bits - 1) {
+    codes.push_back(__builtin_ctzll(bits));
   }
   for (int code : others) {
     if (code >= kMaskCodes) codes.push_back(code);

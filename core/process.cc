@@ -1,31 +1,29 @@
 #include <ibev/core/process.h>
 
 #include <pthread.h>
-#include <unistd.h>
-
-#include <atomic>
 
 namespace ibev::detail {
+
+std::atomic<pid_t> process_id{0};
+
 namespace {
 
-std::atomic<std::uint64_t> forks{0};  // this process's number: forks in its line
-
-void forked_child() noexcept { forks.fetch_add(1, std::memory_order_relaxed); }
-
-// The number of the calling process. Fixed at the first call, before any
-// OwningProcess is made: counting forks, or, if the handler cannot be
-// registered (pthread_atfork fails only without memory), the process id. A
-// child inherits the choice, so both numbers are never compared.
-bool counting_forks() noexcept {
-  static const bool registered = ::pthread_atfork(nullptr, nullptr, &forked_child) == 0;
-  return registered;
-}
+void forked_child() noexcept { process_id.store(::getpid(), std::memory_order_relaxed); }
 
 }  // namespace
 
-std::uint64_t OwningProcess::current() noexcept {
-  if (counting_forks()) return forks.load(std::memory_order_relaxed);
-  return static_cast<std::uint64_t>(::getpid());
+pid_t OwningProcess::current() noexcept {
+  // Once, before any OwningProcess has an id. The handler first: a fork in
+  // between runs it, so a child never keeps its parent's id. Unregistered
+  // (pthread_atfork fails only without memory), process_id stays 0.
+  static const bool registered = [] {
+    if (::pthread_atfork(nullptr, nullptr, &forked_child) != 0) return false;
+    process_id.store(::getpid(), std::memory_order_relaxed);
+    return true;
+  }();
+  static_cast<void>(registered);
+  const pid_t now = process_id.load(std::memory_order_relaxed);
+  return now != 0 ? now : ::getpid();
 }
 
 }  // namespace ibev::detail

@@ -10,29 +10,41 @@
 // may only let go of what it inherited (ibv_fork_init(3)).
 //
 // inherited() is a load, not getpid(2) (a system call since glibc 2.25, too
-// dear for a handle released per QP): each process has a number, made new in
-// every forked child by a pthread_atfork handler.
+// dear for a handle released per QP): the process id is kept in memory and
+// set anew in every forked child by a pthread_atfork handler (without one,
+// when it could not be registered, it is asked of the kernel each time).
 //
-// Thread-safety: any thread; an OwningProcess is immutable.
+// Thread-safety: any thread; an OwningProcess is immutable. Its size is a
+// pid_t's, which verbs/ownership.h's layout (and so the wrappers') keeps.
 #ifndef IBEV_CORE_PROCESS_H_
 #define IBEV_CORE_PROCESS_H_
 
-#include <cstdint>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
 
 namespace ibev::detail {
+
+// This process's id once the fork handler is registered (the first
+// OwningProcess does it), 0 while it is not.
+extern std::atomic<pid_t> process_id;
 
 class OwningProcess {
  public:
   // The calling process.
-  OwningProcess() noexcept : number_(current()) {}
+  OwningProcess() noexcept : id_(current()) {}
 
   // True in a child forked after this was made.
-  bool inherited() const noexcept { return current() != number_; }
+  bool inherited() const noexcept {
+    const pid_t now = process_id.load(std::memory_order_relaxed);
+    return (now != 0 ? now : ::getpid()) != id_;
+  }
 
  private:
-  static std::uint64_t current() noexcept;
+  static pid_t current() noexcept;
 
-  std::uint64_t number_;
+  pid_t id_;
 };
 
 }  // namespace ibev::detail

@@ -323,6 +323,10 @@ Handle Dispatcher::call_after(std::chrono::milliseconds delay, Task task, Execut
   return detail::call_after(reactor_, delay, std::move(task), std::move(executor));
 }
 
+Handle Dispatcher::call_every(std::chrono::milliseconds period, Task task, Executor executor) {
+  return detail::call_every(reactor_, period, std::move(task), std::move(executor));
+}
+
 Handle Dispatcher::take_completion(ibv_cq* cq, std::uint32_t qp_num, std::uint64_t wr_id,
                                    std::function<void(const ibv_wc&)> taken) {
   return detail::take_completion(*reactor_, cq, qp_num, wr_id, std::move(taken));

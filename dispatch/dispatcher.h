@@ -253,6 +253,12 @@ class Dispatcher {
   // the wait rule). Throws std::invalid_argument (negative delay, empty
   // task) or std::system_error (timerfd_create, timerfd_settime, epoll_ctl).
   Handle call_after(std::chrono::milliseconds delay, Task task, Executor executor = {});
+  // Runs `task` every `period`, the first time `period` from now, until the
+  // handle is released: one periodic timerfd, one read per run. Periods the
+  // loop was too busy to see run it once, not once each. Throws
+  // std::invalid_argument (a period not above zero, empty task) or what
+  // call_after throws.
+  Handle call_every(std::chrono::milliseconds period, Task task, Executor executor = {});
 
   // Sends a synthesized event through the same resolve/deliver path, on the
   // dispatching thread; never acked to rdma-core. Who hears it is resolved

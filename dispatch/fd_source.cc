@@ -119,18 +119,24 @@ Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t e
 
 // A one-shot timerfd served as an application fd: read, then `task`, once.
 // The handle's release also closes the timer's fd, after its watch.
-Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds delay,
-                  Task task, Executor executor) {
-  if (delay.count() < 0) throw std::invalid_argument("Dispatcher::call_after: negative delay");
-  if (!task) throw std::invalid_argument("Dispatcher::call_after: the task is empty");
+namespace {
+
+timespec to_timespec(std::chrono::milliseconds duration) {
+  // A zero it_value disarms a timerfd: the shortest delay is 1 ns.
+  const auto ns = std::max<std::int64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count(), 1);
+  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
+// A timerfd in the loop: first `delay` from now, then every `period` (zero:
+// once). Expirations the loop was too busy to see run the task once.
+Handle timer(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds delay,
+             std::chrono::milliseconds period, Task task, Executor executor) {
   const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (timer < 0) throw_system_error("timerfd_create", errno);
   itimerspec when{};
-  // A zero it_value disarms a timerfd: the shortest delay is 1 ns.
-  const auto ns = std::max<std::int64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count(), 1);
-  when.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-  when.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  when.it_value = to_timespec(delay);
+  if (period.count() > 0) when.it_interval = to_timespec(period);
   Handle watch;
   try {
     if (::timerfd_settime(timer, 0, &when, nullptr) != 0) {
@@ -152,6 +158,24 @@ Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
     held->release();
     ::close(timer);
   });
+}
+
+}  // namespace
+
+Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds delay,
+                  Task task, Executor executor) {
+  if (delay.count() < 0) throw std::invalid_argument("Dispatcher::call_after: negative delay");
+  if (!task) throw std::invalid_argument("Dispatcher::call_after: the task is empty");
+  return timer(reactor, delay, std::chrono::milliseconds{0}, std::move(task), std::move(executor));
+}
+
+Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds period,
+                  Task task, Executor executor) {
+  if (period.count() <= 0) {
+    throw std::invalid_argument("Dispatcher::call_every: the period must be positive");
+  }
+  if (!task) throw std::invalid_argument("Dispatcher::call_every: the task is empty");
+  return timer(reactor, period, period, std::move(task), std::move(executor));
 }
 
 }  // namespace ibev::detail

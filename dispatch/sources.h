@@ -34,6 +34,8 @@ Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t e
                 FdHandler handler, Executor executor);
 Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds delay,
                   Task task, Executor executor);
+Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds period,
+                  Task task, Executor executor);
 
 }  // namespace ibev::detail
 

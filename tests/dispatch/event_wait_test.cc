@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/testing.h"
+
 using namespace std::chrono_literals;
 using ibev::Dispatcher;
 using ibev::WaitResult;
@@ -193,6 +195,21 @@ BOOST_AUTO_TEST_CASE(call_after_runs_once_and_a_cancelled_one_never) {
   ibv_cq cq{};
   BOOST_CHECK_THROW(dispatcher->take_completion(&cq, 1, 2, [](const ibv_wc&) {}),
                     std::invalid_argument);  // no channel, not watched
+}
+
+// A periodic timer runs again and again on the dispatching thread, and not
+// once more after its handle is released.
+BOOST_AUTO_TEST_CASE(call_every_runs_until_released) {
+  dispatcher->start();
+  std::atomic<int> runs{0};
+  ibev::Handle every = dispatcher->call_every(10ms, [&] { ++runs; });
+  BOOST_REQUIRE(ibev::testing::eventually([&] { return runs.load() >= 5; }));
+  every.release();
+  const int after_release = runs.load();
+  std::this_thread::sleep_for(100ms);  // proves an absence: ten periods, no run
+  BOOST_TEST(runs.load() == after_release);
+  BOOST_CHECK_THROW(dispatcher->call_every(0ms, [] {}), std::invalid_argument);
+  BOOST_CHECK_THROW(dispatcher->call_every(10ms, {}), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

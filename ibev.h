@@ -22,12 +22,14 @@
 #include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/health.h>
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/completions.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/event_wait.h>
 #include <ibev/dispatch/worker_thread.h>
 #include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/connection_health.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
 #include <ibev/verbs/protection_domain.h>

@@ -7,6 +7,20 @@ std::string describe_cm_event_code(int code) {
   return info != nullptr ? std::string(info->enumerator) : "CM event code " + std::to_string(code);
 }
 
+std::optional<HealthCause> health_cause_of_cm_event(int code) {
+  switch (code) {
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_REJECTED:
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+      return HealthCause{HealthSource::kCmEvent, code, 0, describe_cm_event_code(code)};
+    default:
+      return std::nullopt;
+  }
+}
+
 std::string_view to_string(CmScope scope) noexcept {
   switch (scope) {
     case CmScope::kId:

@@ -19,10 +19,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include <ibev/core/event_type.h>
+#include <ibev/core/health.h>
 
 namespace ibev {
 
@@ -104,6 +106,12 @@ constexpr const CmEventTypeInfo* find_cm_event_type(int code) noexcept {
 
 // For messages: the enumerator, or "CM event code 16" for one not known.
 std::string describe_cm_event_code(int code);
+
+// A CM event that means its connection carries no traffic, as a cause for
+// its ConnectionHealth (core/health.h; source kCmEvent): CONNECT_ERROR,
+// UNREACHABLE, REJECTED, DISCONNECTED, DEVICE_REMOVAL, TIMEWAIT_EXIT. Any
+// other code, unknown ones included, gives nothing.
+std::optional<HealthCause> health_cause_of_cm_event(int code);
 
 // "id", "listener", "device", "address".
 std::string_view to_string(CmScope scope) noexcept;

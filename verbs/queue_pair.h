@@ -159,6 +159,8 @@ class QueuePair : public detail::Closeable {
   // Null once closed.
   ibv_qp* get() const noexcept { return qp_.get(); }
   std::uint32_t qp_num() const;
+  const std::shared_ptr<Device>& device() const noexcept { return pd_->device(); }
+  const std::shared_ptr<CompletionQueue>& send_cq() const noexcept { return parents_.send_cq; }
   void close() noexcept override;
 
   // ibv_modify_qp; throws std::system_error naming `step` (ENODEV once

@@ -1,0 +1,317 @@
+// One health signal per RC connection (verbs/connection_health.h), on
+// soft-RoCE: the QP's injected fatal events, a real error completion with the
+// flushes after it, and the port going down are one transition each, with
+// their first cause; coming up is the application's; the keepalive's probes
+// are answered unseen, and a vanished peer is noticed while idle; bad input
+// is refused; a closed health, or one whose QP is closed, hears nothing.
+#define BOOST_TEST_MODULE ibev_softroce_connection_health
+#include <ibev/verbs/connection_health.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
+
+using namespace ibev;
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Every change a ConnectionHealth tells, in order.
+class Changes {
+ public:
+  HealthHandler handler() {
+    return [this](const HealthChange& change) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      changes_.push_back(change);
+    };
+  }
+  std::vector<HealthChange> all() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return changes_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<HealthChange> changes_;
+};
+
+// Everything the Dispatcher was given before this has run: a health posts
+// its change before its causes() shows the cause, so after waiting for the
+// causes, this waits for the changes too.
+void settle(Dispatcher& dispatcher) {
+  std::atomic<bool> ran{false};
+  dispatcher.post([&ran] { ran = true; });
+  BOOST_REQUIRE(eventually([&ran] { return ran.load(); }));
+}
+
+// Two RC QPs on the test device connected to each other, on one CQ whose
+// completions go to `on_completion`.
+struct Pair {
+  Pair(Env& env, CompletionHandler on_completion, Handler on_a_event = {})
+      : cq(CompletionQueue::create(env.device, std::move(on_completion), {})) {
+    QueuePairOptions options;
+    options.send_cq = cq;
+    options.recv_cq = cq;
+    a = QueuePair::create(env.pd, std::move(on_a_event), options);
+    b = QueuePair::create(env.pd, {}, options);
+    a->connect(b->endpoint());
+    b->connect(a->endpoint());
+  }
+  std::shared_ptr<CompletionQueue> cq;
+  std::shared_ptr<QueuePair> a;
+  std::shared_ptr<QueuePair> b;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(connection_health)
+
+// QP_FATAL by number (as a DevX source would send it), then QP_REQ_ERR by
+// address: one change, the first cause; both kept; the QP's own handler
+// hears both as before.
+BOOST_AUTO_TEST_CASE(two_qp_events_are_one_transition_with_the_first_cause) {
+  Env env{test_device()};
+  std::atomic<int> qp_heard{0};
+  Pair pair(env, [](const CompletionBatch&) {}, [&qp_heard](const Event&) { ++qp_heard; });
+  Changes changes;
+  auto health = ConnectionHealth::create(pair.a, changes.handler());
+  BOOST_TEST(health->state() == ConnectionState::kUp);
+
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL,
+                        ObjectNumber{ElementKind::kQp, pair.a->qp_num()});
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_REQ_ERR, pair.a->get());
+  BOOST_REQUIRE(eventually([&] { return health->causes().size() == 2u; }));
+  settle(env.dispatcher);
+
+  const auto all = changes.all();
+  BOOST_REQUIRE_EQUAL(all.size(), 1u);
+  BOOST_TEST(all[0].from == ConnectionState::kUp);
+  BOOST_TEST(all[0].to == ConnectionState::kDown);
+  BOOST_TEST((all[0].cause.source == HealthSource::kAsyncEvent));
+  BOOST_TEST(all[0].cause.code == IBV_EVENT_QP_FATAL);
+  BOOST_TEST(health->causes()[1].code == IBV_EVENT_QP_REQ_ERR);
+  BOOST_TEST(qp_heard.load() == 2);
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+// An RDMA write into a region the peer did not open for remote writes: the
+// responder NAKs, the write completes with REMOTE_ACCESS_ERR, the QP goes to
+// ERR and the two sends posted after it are flushed. The application hands
+// every completion over; the health goes down once, for the write.
+BOOST_AUTO_TEST_CASE(an_error_completion_is_a_cause_and_its_flushes_are_not) {
+  Env env{test_device()};
+  std::mutex mutex;
+  std::shared_ptr<ConnectionHealth> health;  // set before anything is posted
+  std::vector<ibv_wc_status> statuses;
+  Pair pair(env, [&](const CompletionBatch& batch) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const ibv_wc& wc : batch) {
+      statuses.push_back(wc.status);
+      health->completion(wc);
+    }
+  });
+  Changes changes;
+  health = ConnectionHealth::create(pair.a, changes.handler());
+
+  std::vector<char> memory(4096);
+  auto mr = MemoryRegion::create(env.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge sge{reinterpret_cast<std::uintptr_t>(memory.data()), 64, mr->lkey()};
+  ibv_send_wr write{};
+  write.wr_id = 1;
+  write.sg_list = &sge;
+  write.num_sge = 1;
+  write.opcode = IBV_WR_RDMA_WRITE;
+  write.send_flags = IBV_SEND_SIGNALED;
+  write.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(memory.data() + 1024);
+  write.wr.rdma.rkey = mr->rkey();  // valid, but not for remote writes
+  pair.a->post_send(write);
+  post_send(*pair.a, *mr, memory.data() + 128, 2);
+  post_send(*pair.a, *mr, memory.data() + 192, 3);
+
+  BOOST_REQUIRE(eventually([&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return statuses.size() == 3u;
+  }));
+  settle(env.dispatcher);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    BOOST_TEST(statuses[0] == IBV_WC_REM_ACCESS_ERR);
+    BOOST_TEST(statuses[1] == IBV_WC_WR_FLUSH_ERR);
+    BOOST_TEST(statuses[2] == IBV_WC_WR_FLUSH_ERR);
+  }
+  const auto all = changes.all();
+  BOOST_REQUIRE_EQUAL(all.size(), 1u);
+  BOOST_TEST(all[0].to == ConnectionState::kDown);
+  BOOST_TEST((all[0].cause.source == HealthSource::kCompletion));
+  BOOST_TEST(all[0].cause.code == IBV_WC_REM_ACCESS_ERR);
+  BOOST_TEST(all[0].cause.wr_id == 1u);
+  BOOST_TEST(health->causes().size() == 1u);
+}
+
+// The port goes down (PORT_ERR): down. It comes back (PORT_ACTIVE): still
+// down, as the QP is in ERR; the application's up() brings it up, with
+// what it recovered from.
+BOOST_AUTO_TEST_CASE(the_port_going_down_is_a_cause_and_coming_back_is_not_up) {
+  Env env{test_device()};
+  Pair pair(env, [](const CompletionBatch&) {});
+  Changes changes;
+  auto health = ConnectionHealth::create(pair.a, changes.handler());
+  std::atomic<bool> active{false};
+  Handle listener = env.device->on_event(EventFilter{IBV_EVENT_PORT_ACTIVE},
+                                         [&active](const Event&) { active = true; });
+
+  run_command("ip link set " + test_netdev() + " down");
+  BOOST_REQUIRE(eventually([&] { return health->state() == ConnectionState::kDown; }));
+  run_command("ip link set " + test_netdev() + " up");
+  BOOST_REQUIRE(eventually([&] { return active.load(); }));
+  settle(env.dispatcher);
+  BOOST_TEST(health->state() == ConnectionState::kDown);
+
+  health->up();
+  settle(env.dispatcher);
+  const auto all = changes.all();
+  BOOST_REQUIRE_EQUAL(all.size(), 2u);
+  BOOST_TEST(all[0].to == ConnectionState::kDown);
+  BOOST_TEST(all[0].cause.code == IBV_EVENT_PORT_ERR);
+  BOOST_TEST(all[1].from == ConnectionState::kDown);
+  BOOST_TEST(all[1].to == ConnectionState::kUp);
+  BOOST_TEST(all[1].cause.code == IBV_EVENT_PORT_ERR);
+}
+
+ConnectionHealth::Options with_keepalive(std::chrono::milliseconds interval, unsigned misses) {
+  ConnectionHealth::Options options;
+  options.keepalive.interval = interval;
+  options.keepalive.misses = misses;
+  return options;
+}
+
+// An idle connection with a keepalive stays up: its probes are answered,
+// interval after interval, and taken by ibev (the CQ's handler sees none,
+// during or after).
+BOOST_AUTO_TEST_CASE(an_idle_connection_s_probes_are_answered_and_never_seen) {
+  Env env{test_device()};
+  std::atomic<int> seen{0};
+  Pair pair(env, [&seen](const CompletionBatch& batch) {
+    seen += static_cast<int>(batch.size);
+  });
+  Changes changes;
+  auto health = ConnectionHealth::create(pair.a, changes.handler(), with_keepalive(100ms, 3));
+  BOOST_REQUIRE(eventually([&] { return pair.cq->completion_stats().markers >= 5u; }));
+  BOOST_TEST(health->state() == ConnectionState::kUp);
+  health->close();
+  std::this_thread::sleep_for(300ms);  // proves an absence: a probe out at close is still taken
+  BOOST_TEST(seen.load() == 0);
+  BOOST_TEST(changes.all().empty());
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+// The peer's QP goes (its process died, say) while nothing flows: rxe drops
+// what reaches a QP that is not there, so the probe goes unanswered, and
+// `misses` intervals after it was sent the connection is down for the
+// keepalive; not sooner, and long before the transport's own retries (1 s a
+// try, 7 retries) would give up.
+BOOST_AUTO_TEST_CASE(a_vanished_peer_is_noticed_by_the_keepalive_while_idle) {
+  Env env{test_device()};
+  auto cq = CompletionQueue::create(env.device, [](const CompletionBatch&) {}, {});
+  QueuePairOptions qp_options;
+  qp_options.send_cq = cq;
+  qp_options.recv_cq = cq;
+  auto a = QueuePair::create(env.pd, {}, qp_options);
+  auto b = QueuePair::create(env.pd, {}, qp_options);
+  ConnectOptions slow;
+  slow.timeout = 18;  // 4.096 us << 18: about 1 s a try
+  connect_rc_pair(*a, *b, slow);
+  Changes changes;
+  auto health = ConnectionHealth::create(a, changes.handler(), with_keepalive(200ms, 3));
+  BOOST_REQUIRE(eventually([&] { return cq->completion_stats().markers >= 2u; }));
+
+  const auto gone = std::chrono::steady_clock::now();
+  b->close();
+  BOOST_REQUIRE(eventually([&] { return health->state() == ConnectionState::kDown; }));
+  const auto noticed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - gone)
+                           .count();
+  settle(env.dispatcher);
+  const auto all = changes.all();
+  BOOST_REQUIRE_EQUAL(all.size(), 1u);
+  BOOST_TEST((all[0].cause.source == HealthSource::kKeepalive), all[0].cause.what);
+  BOOST_TEST(all[0].cause.code == 0);
+  BOOST_TEST(noticed >= 600);  // ms: the probe sent after b went, then 3 intervals
+  BOOST_TEST(noticed < 5000);
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_is_refused_and_a_closed_health_hears_nothing) {
+  Env env{test_device()};
+  std::atomic<int> qp_heard{0};
+  Pair pair(env, [](const CompletionBatch&) {}, [&qp_heard](const Event&) { ++qp_heard; });
+  Changes changes;
+  const auto create = [&](std::shared_ptr<QueuePair> qp, HealthHandler handler, int port) {
+    ConnectionHealth::Options options;
+    options.port = static_cast<std::uint8_t>(port);
+    return ConnectionHealth::create(std::move(qp), std::move(handler), options);
+  };
+  expect_throw<std::invalid_argument>([&] { create(nullptr, changes.handler(), 1); },
+                                      "ConnectionHealth::create: the QP is null");
+  expect_throw<std::invalid_argument>([&] { create(pair.a, {}, 1); }, "the handler is empty");
+  expect_throw<std::invalid_argument>([&] { create(pair.a, changes.handler(), 0); },
+                                      "port 0 is not a port of");
+  expect_throw<std::invalid_argument>([&] { create(pair.a, changes.handler(), 2); },
+                                      "port 2 is not a port of");
+  expect_throw<std::invalid_argument>(
+      [&] { ConnectionHealth::create(pair.a, changes.handler(), with_keepalive(-1ms, 3)); },
+      "a keepalive needs");
+  expect_throw<std::invalid_argument>(
+      [&] { ConnectionHealth::create(pair.a, changes.handler(), with_keepalive(100ms, 0)); },
+      "a keepalive needs");
+  {
+    auto polled = CompletionQueue::create_polled(env.device, {});
+    QueuePairOptions options;
+    options.send_cq = polled;
+    options.recv_cq = polled;
+    auto on_polled = QueuePair::create(env.pd, {}, options);
+    expect_throw<std::invalid_argument>(
+        [&] { ConnectionHealth::create(on_polled, changes.handler(), with_keepalive(100ms, 3)); },
+        "no Dispatcher serves (kPolled)");
+    options.type = IBV_QPT_UD;
+    auto ud = QueuePair::create(env.pd, {}, options);
+    expect_throw<std::invalid_argument>([&] { create(ud, changes.handler(), 1); },
+                                        "a connection is an RC QP");
+  }
+
+  auto health = create(pair.a, changes.handler(), 1);
+  health->close();
+  health->close();  // again: nothing
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, pair.a->get());
+  BOOST_REQUIRE(eventually([&] { return qp_heard.load() == 1; }));
+  settle(env.dispatcher);
+  BOOST_TEST(changes.all().empty());
+  BOOST_TEST(health->causes().empty());
+
+  // Its QP closed, the health hears nothing by the QP's number (a newer
+  // QP's now, as far as anyone knows).
+  auto on_b = create(pair.b, changes.handler(), 1);
+  const std::uint32_t b_num = pair.b->qp_num();
+  pair.b->close();
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL,
+                        ObjectNumber{ElementKind::kQp, b_num});
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, pair.a->get());
+  BOOST_REQUIRE(eventually([&] { return qp_heard.load() == 2; }));
+  settle(env.dispatcher);
+  BOOST_TEST(changes.all().empty());
+  BOOST_TEST(on_b->causes().empty());
+  expect_throw<std::invalid_argument>([&] { create(pair.b, changes.handler(), 1); },
+                                      "the QP is closed");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -64,13 +64,13 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
       : channel(c), batch(b), registry(r) {}
   // In a child forked after the channel was made, its ids are the parent's:
   // rdma_destroy_id on the shared CM file would destroy them there.
-  bool inherited() const noexcept { return process.inherited(); }
+  bool inherited() const noexcept { return process.inherited_now(); }  // a destroy follows
   // The last id is gone (each keeps the channel alive), and so is serving.
   ~CmChannelState() { rdma_destroy_event_channel(channel); }
 
   // The id's state until its subscription is released; null after.
   std::shared_ptr<CmIdState> find(const rdma_cm_id* id) const {
-    return ids.snapshot(CmIdKey(id)).only();
+    return ids.snapshot(CmIdKey(id)).newest();
   }
 
   struct Routed {

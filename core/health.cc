@@ -73,7 +73,7 @@ std::optional<HealthChange> HealthState::cause(HealthCause cause) {
   if (state_ == ConnectionState::kUp || state_ == ConnectionState::kRecovering) {
     return move(ConnectionState::kDown, std::move(cause));
   }
-  causes_.push_back(std::move(cause));
+  if (causes_.size() < kMaxCauses) causes_.push_back(std::move(cause));
   return std::nullopt;
 }
 
@@ -106,7 +106,7 @@ HealthCause HealthState::first_cause() const {
 // The cause is kept, and is the change's.
 std::optional<HealthChange> HealthState::move(ConnectionState to, HealthCause cause) {
   HealthChange change{state_, to, cause};
-  causes_.push_back(std::move(cause));
+  if (causes_.size() < kMaxCauses) causes_.push_back(std::move(cause));
   state_ = to;
   return change;
 }

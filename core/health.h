@@ -27,6 +27,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
@@ -83,7 +84,9 @@ class HealthState {
   explicit HealthState(ConnectionState initial = ConnectionState::kUp) : state_(initial) {}
 
   ConnectionState state() const noexcept { return state_; }
-  // Every cause heard since the connection was last up, first first.
+  // The causes heard since the connection was last up, first first: the
+  // first kMaxCauses of them (a storm while down grows nothing).
+  static constexpr std::size_t kMaxCauses = 64;
   const std::vector<HealthCause>& causes() const noexcept { return causes_; }
 
   // A cause: up or recovering go down (the change is returned); down and

@@ -12,6 +12,12 @@ void forked_child() noexcept { process_id.store(::getpid(), std::memory_order_re
 
 }  // namespace
 
+namespace {
+// Before main(), so that the handler runs ahead of any registered later (an
+// application's own, releasing ibev objects in its child).
+const OwningProcess kRegisteredAtLoad;
+}  // namespace
+
 pid_t OwningProcess::current() noexcept {
   // Once, before any OwningProcess has an id. The handler first: a fork in
   // between runs it, so a child never keeps its parent's id. Unregistered

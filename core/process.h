@@ -11,8 +11,10 @@
 //
 // inherited() is a load, not getpid(2) (a system call since glibc 2.25, too
 // dear for a handle released per QP): the process id is kept in memory and
-// set anew in every forked child by a pthread_atfork handler (without one,
-// when it could not be registered, it is asked of the kernel each time).
+// set anew in every forked child by a pthread_atfork handler, registered
+// when the library loads (without one, when it could not be registered, it
+// is asked of the kernel each time). A child made without fork() runs no
+// atfork handler: inherited_now() asks the kernel, where a verb follows.
 //
 // Thread-safety: any thread; an OwningProcess is immutable. Its size is a
 // pid_t's, which verbs/ownership.h's layout (and so the wrappers') keeps.
@@ -40,6 +42,10 @@ class OwningProcess {
     const pid_t now = process_id.load(std::memory_order_relaxed);
     return (now != 0 ? now : ::getpid()) != id_;
   }
+  // The same, asked of the kernel: for a decision a verb follows anyway (a
+  // destroy), so that a child made without fork() (clone(2), _Fork(3)),
+  // which no atfork handler hears of, is caught there too.
+  bool inherited_now() const noexcept { return ::getpid() != id_; }
 
  private:
   static pid_t current() noexcept;

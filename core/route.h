@@ -136,9 +136,17 @@ class Snapshot {
       : several_(std::move(several)) {}
 
   bool empty() const noexcept { return !only_ && (!several_ || several_->empty()); }
-  // The subscriber when there is one, null when none or several (a CM id's
-  // key has one: cm/cm_state.h).
-  const std::shared_ptr<Sub>& only() const noexcept { return only_; }
+  // The newest subscriber not released, or null: a CM id's key has one
+  // (cm/cm_state.h), and a second only while a release whose unlink could
+  // not allocate leaves its closed entry.
+  std::shared_ptr<Sub> newest() const noexcept {
+    if (only_) return only_->guard.closed() ? nullptr : only_;
+    if (!several_) return nullptr;
+    for (auto it = several_->rbegin(); it != several_->rend(); ++it) {
+      if (!(*it)->guard.closed()) return *it;
+    }
+    return nullptr;
+  }
 
   // Tells each subscriber `arg` (call() above), in `order`; returns how many
   // ran or were handed to their executors.

@@ -77,107 +77,113 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
 
   // --- The keepalive ---
 
+  // A probe posted and not yet answered. Its wr_id is the address of its
+  // tag, which no work request of the application's can carry (as a
+  // drain's marker is its Drain's address) and no other probe has while
+  // the tag lives: a probe given up on keeps its tag until its grace ends.
+  struct Probe {
+    std::shared_ptr<const char> tag = std::make_shared<const char>('\0');
+    std::uint64_t wr_id() const { return reinterpret_cast<std::uint64_t>(tag.get()); }
+    std::chrono::steady_clock::time_point sent;
+    Handle taken;  // its completion, taken from the send CQ
+  };
+
   // Every interval, on the Dispatcher's thread: while up, a probe, unless
-  // one is out, which then counts a miss; `misses` of them are a cause.
+  // one is out; one out for `misses` intervals is a cause. Timed from its
+  // post, not by ticks counted: a busy loop runs late ticks once.
   void tick() {
     if (!qp_open()) return;
-    bool probe = false;
+    const auto now = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (stopped) return;
-      if (health.state() != ConnectionState::kUp) {
-        probe_out = false;
-      } else if (!probe_out) {
-        probe_out = true;
-        missed = 0;
-        probe = true;
-      } else if (++missed >= keepalive.misses) {
-        probe_out = false;
+      if (stopped || health.state() != ConnectionState::kUp) return;
+      if (probe) {
+        // Half an interval early still counts: ticks come a little late
+        // or a little early, the probe was sent at one.
+        if (now - probe->sent + keepalive.interval / 2 < keepalive.interval * keepalive.misses) {
+          return;
+        }
         if (auto change = health.cause(HealthCause{
-                HealthSource::kKeepalive, 0, 0,
+                HealthSource::kKeepalive, 0, probe->wr_id(),
                 "no keepalive answer in " +
                     std::to_string(keepalive.interval.count() * keepalive.misses) + " ms"})) {
           tell(std::move(*change));
         }
+        return;  // down: no probe until up() again
       }
     }
-    if (probe) send_probe();
+    send_probe(now);
   }
 
   // A zero-length RDMA write, signaled; its completion is taken (answered).
-  // Its wr_id is this state's address, which no work request of the
-  // application's can carry, as a drain's marker is its Drain's.
-  void send_probe() noexcept {
-    const auto wr_id = reinterpret_cast<std::uint64_t>(this);
-    Handle taken;
+  // What fails is reported; nothing is out then, and the next tick tries
+  // again.
+  void send_probe(std::chrono::steady_clock::time_point now) {
+    Probe next;
+    next.sent = now;
+    auto connection = qp.lock();
+    Dispatcher* cq_events = connection ? connection->send_cq()->served_by() : nullptr;
+    if (cq_events == nullptr || connection->get() == nullptr) return;
     try {
-      auto connection = qp.lock();
-      Dispatcher* cq_events = connection ? connection->send_cq()->served_by() : nullptr;
-      if (cq_events == nullptr || connection->get() == nullptr) return;
-      taken = cq_events->take_completion(
-          connection->send_cq()->get(), qp_num, wr_id,
-          [weak = weak_from_this()](const ibv_wc& wc) {
-            if (auto self = weak.lock()) self->answered(wc);
+      next.taken = cq_events->take_completion(
+          connection->send_cq()->get(), qp_num, next.wr_id(),
+          [weak = weak_from_this(), wr_id = next.wr_id()](const ibv_wc& wc) {
+            if (auto self = weak.lock()) self->answered(wr_id, wc);
           });
-      ibv_send_wr probe{};
-      probe.wr_id = wr_id;
-      probe.opcode = IBV_WR_RDMA_WRITE;
-      probe.send_flags = IBV_SEND_SIGNALED;
-      connection->post_send(probe);
+      ibv_send_wr post{};
+      post.wr_id = next.wr_id();
+      post.opcode = IBV_WR_RDMA_WRITE;
+      post.send_flags = IBV_SEND_SIGNALED;
+      connection->post_send(post);
     } catch (const std::exception& e) {
       registry->report(Failure::verb_failed("ConnectionHealth keepalive", errno_of(e), e.what()));
-      return;  // `taken` goes: a probe not sent is not waited for
+      return;
     }
     std::lock_guard<std::mutex> lock(mutex);
-    if (!stopped) std::swap(probe_taken, taken);
-  }  // the last probe's handle (taken already, or stopped) released here
+    ++stats.sent;
+    if (!stopped && !probe) probe = std::move(next);
+  }  // a probe not kept (stopped meanwhile): its handle goes, the post is flushed or lost with the QP
 
-  void answered(const ibv_wc& wc) {
+  // The probe's completion (on the CQ's thread). A late one, of a probe
+  // given up on, was only taken.
+  void answered(std::uint64_t wr_id, const ibv_wc& wc) {
+    std::optional<Probe> done;
     std::lock_guard<std::mutex> lock(mutex);
-    probe_out = false;
-    missed = 0;
+    if (!probe || probe->wr_id() != wr_id) return;
+    ++stats.answered;
+    done = std::move(probe);
+    probe.reset();
     if (wc.status == IBV_WC_SUCCESS || wc.status == IBV_WC_WR_FLUSH_ERR) return;
     if (auto change = health.cause(HealthCause{
             HealthSource::kKeepalive, static_cast<int>(wc.status), wc.wr_id,
             std::string("keepalive: ") + ibv_wc_status_str(wc.status)})) {
       tell(std::move(*change));
     }
-  }
+  }  // its handle released here, after the lock, from inside its own call: no wait
 
-  // The keepalive's timer is released already. A probe still out is taken
-  // a while longer, so that its completion never reaches the CQ's handler:
-  // for interval x misses and kProbeGrace more, by a timer of its own that
-  // lets go of both when it fires. It holds this state too: the probe's
-  // wr_id is its address, which a new health must not have meanwhile.
-  void stop() noexcept {
-    Handle last_probe;
-    bool out = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stopped = true;
-      out = probe_out;
-      std::swap(last_probe, probe_taken);
-    }
+  // A probe out that will not be answered here any more (the health
+  // closes, or comes up again: a reset QP drops what was posted) is still
+  // taken for interval x misses and kProbeGrace more, so that its
+  // completion never reaches the CQ's handler, by a timer of its own that
+  // lets go of the probe and itself when it fires. Call without the lock.
+  void give_up(std::optional<Probe> out) noexcept {
     auto events = dispatcher.lock();
-    if (!out || !last_probe.active() || !events) return;
+    if (!out || !events) return;
     struct Grace {
-      std::shared_ptr<const HealthShared> pinned;
       std::mutex mutex;
-      Handle probe;
+      std::optional<Probe> probe;
       Handle timer;
       bool fired = false;
     };
     try {
       auto grace = std::make_shared<Grace>();
-      grace->pinned = shared_from_this();
-      grace->probe = std::move(last_probe);
+      grace->probe = std::move(out);
       Handle timer = events->call_after(
           keepalive.interval * keepalive.misses + kProbeGrace, [grace] {
-            std::shared_ptr<const HealthShared> pinned;
-            Handle probe, timer;  // released outside the lock; the timer from inside its task
+            std::optional<Probe> probe;
+            Handle timer;  // both released outside the lock; the timer from inside its task
             std::lock_guard<std::mutex> lock(grace->mutex);
             grace->fired = true;
-            std::swap(pinned, grace->pinned);
             std::swap(probe, grace->probe);
             std::swap(timer, grace->timer);
           });
@@ -188,9 +194,31 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     }
   }
 
+  // The keepalive's timer is released already: no tick after this.
+  void stop() noexcept {
+    std::optional<Probe> out;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopped = true;
+      std::swap(out, probe);
+    }
+    give_up(std::move(out));
+  }
+
+  // The connection came up: what was out before is given up on.
+  void came_up() noexcept {
+    std::optional<Probe> out;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      std::swap(out, probe);
+    }
+    give_up(std::move(out));
+  }
+
   const std::weak_ptr<Dispatcher> dispatcher;
   const std::shared_ptr<Registry> registry;
   const std::weak_ptr<QueuePair> qp;  // the ConnectionHealth holds it
+  const OwningProcess process;
   const std::uint32_t qp_num;
   const ConnectionHealth::Options::Keepalive keepalive;
   std::mutex mutex;
@@ -198,9 +226,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   const std::shared_ptr<HealthSubscriber> subscriber;
   // The keepalive's, under `mutex`.
   bool stopped = false;
-  bool probe_out = false;
-  unsigned missed = 0;  // ticks since the probe out was sent
-  Handle probe_taken;
+  std::optional<Probe> probe;  // out, not yet answered
+  KeepaliveStats stats;
 };
 
 }  // namespace detail
@@ -217,8 +244,16 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::create(std::shared_ptr<Queue
     throw std::invalid_argument(verb + ": a connection is an RC QP");
   }
   const std::shared_ptr<Device>& device = qp->device();
-  if (options.port < 1 || options.port > device->port_count()) {
-    throw std::invalid_argument(verb + ": port " + std::to_string(options.port) +
+  if (!options.port) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    if (const int rc = ibv_query_qp(raw, &attr, IBV_QP_STATE | IBV_QP_PORT, &init); rc != 0) {
+      throw_system_error("ibv_query_qp", rc);
+    }
+    options.port = attr.qp_state != IBV_QPS_RESET && attr.port_num != 0 ? attr.port_num : 1;
+  }
+  if (*options.port < 1 || *options.port > device->port_count()) {
+    throw std::invalid_argument(verb + ": port " + std::to_string(*options.port) +
                                 " is not a port of " + device->name());
   }
   const auto& keepalive = options.keepalive;
@@ -245,7 +280,7 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::create(std::shared_ptr<Queue
   health->heard_.push_back(registry.attach(
       raw->context, ObjectNumber{ElementKind::kQp, raw->qp_num}, qp_causes, hear));
   EventFilter device_causes{IBV_EVENT_PORT_ERR, IBV_EVENT_DEVICE_FATAL};
-  health->heard_.push_back(device->on_event(device_causes.on_port(options.port), hear));
+  health->heard_.push_back(device->on_event(device_causes.on_port(*options.port), hear));
   if (keepalive.interval.count() > 0) {
     health->heard_.push_back(device->dispatcher().call_every(
         keepalive.interval, [weak = std::weak_ptr<detail::HealthShared>(shared)] {
@@ -290,7 +325,18 @@ void ConnectionHealth::recovering() {
 }
 
 void ConnectionHealth::up() {
-  shared_->apply([](HealthState& health) { return health.up(); });
+  bool came_up = false;
+  shared_->apply([&came_up](HealthState& health) {
+    auto change = health.up();
+    came_up = change.has_value();
+    return change;
+  });
+  if (came_up) shared_->came_up();
+}
+
+KeepaliveStats ConnectionHealth::keepalive_stats() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->stats;
 }
 
 void ConnectionHealth::fail(HealthCause cause) {
@@ -302,6 +348,14 @@ void ConnectionHealth::fail(HealthCause cause) {
 // took them (core/handle.h's rule); a close() that finds them taken still
 // keeps the wait rule, on the handler's guard.
 void ConnectionHealth::close() noexcept {
+  if (shared_->process.inherited()) {
+    // A forked child's copy: its handles are inert here, and its locks, its
+    // handler's guard and its Dispatcher are as the parent's threads left
+    // them at the fork: nothing of them is taken or waited for.
+    for (Handle& handle : heard_) handle.release();
+    told_.release();
+    return;
+  }
   std::vector<Handle> heard;
   Handle told;
   {

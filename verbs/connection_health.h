@@ -23,10 +23,11 @@
 // probe still unanswered `misses` intervals after it was sent is a cause
 // (kKeepalive, code 0), as is one that completes with an error (kKeepalive,
 // code its ibv_wc_status): a peer whose process died, whose host went or
-// whose cable was pulled is noticed within interval x misses while no
-// traffic flows, without spinning (one periodic timer of the Dispatcher). A
-// probe out when the health closes is still taken for interval x misses and
-// 5 s more. A probe takes one send queue entry, so leave one free in the
+// whose cable was pulled is noticed while no traffic flows, without
+// spinning (one periodic timer of the Dispatcher), within (misses + 1) x
+// interval: the probe that finds it gone leaves at most an interval after.
+// A probe out when the health closes, or comes up again, is still taken for
+// interval x misses and 5 s more. A probe takes one send queue entry, so leave one free in the
 // QP's capabilities; it is posted from the Dispatcher's thread (rdma-core's
 // QPs take posts from several threads); the peer's QP needs
 // IBV_ACCESS_REMOTE_WRITE (connect()'s default), and the send CQ a
@@ -51,6 +52,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <ibev/core/executor.h>
@@ -66,10 +68,18 @@ struct HealthShared;  // connection_health.cc
 
 using HealthHandler = std::function<void(const HealthChange& change)>;
 
+// The keepalive's probes: posted, and answered (succeeded or failed) in time.
+struct KeepaliveStats {
+  std::uint64_t sent = 0;
+  std::uint64_t answered = 0;
+};
+
 class ConnectionHealth {
  public:
   struct Options {
-    std::uint8_t port = 1;  // the QP's port: its PORT_ERR is a cause
+    // The port whose PORT_ERR is a cause. Unset: the QP's own (past RESET;
+    // port 1 for a QP still in RESET).
+    std::optional<std::uint8_t> port;
     // kDown for a connection not yet made, to be brought up by up().
     ConnectionState initial = ConnectionState::kUp;
     Executor executor;  // where the handler runs; empty: the dispatching thread
@@ -94,8 +104,10 @@ class ConnectionHealth {
   ConnectionHealth& operator=(const ConnectionHealth&) = delete;
 
   ConnectionState state() const;
-  // Every cause heard since the connection was last up, first first.
+  // The causes heard since the connection was last up, first first
+  // (HealthState::kMaxCauses of them at most).
   std::vector<HealthCause> causes() const;
+  KeepaliveStats keepalive_stats() const;
   const std::shared_ptr<QueuePair>& queue_pair() const noexcept { return qp_; }
 
   // A completion polled from one of the QP's CQs (for another QP: ignored).

@@ -76,7 +76,8 @@ class Owned {
   }
   void serve_with(Handle handle) { handles_.push_back(std::move(handle)); }
   // True in a child forked after the object was made: it is the parent's.
-  bool inherited() const noexcept { return process_.inherited(); }
+  // Asked of the kernel: a destroy verb follows the answer.
+  bool inherited() const noexcept { return process_.inherited_now(); }
 
   // Gives the object up without destroying it, its handles released first:
   // the caller destroys it (a QP draining before its destroy).

@@ -17,6 +17,7 @@ std::string_view to_string(Failure::Kind kind) noexcept {
     case Failure::Kind::kDestroyFailed: return "destroy failed";
     case Failure::Kind::kUndispatched: return "events undispatched";
     case Failure::Kind::kStalled: return "dispatch stalled";
+    case Failure::Kind::kConnectionFailed: return "connection failed";
   }
   return "failure";
 }

@@ -1,7 +1,8 @@
 // ibev::Failure: the one record of something that went wrong where no caller
 // can catch it: a handler that threw, a verb that failed inside the event
 // loop, a device whose async fd died, a destroy verb that failed in a
-// destructor, events left undispatched, a dispatching thread held too long.
+// destructor, events left undispatched, a dispatching thread held too long,
+// a connection whose recovery gave up.
 //
 // Every such failure in ibev is one Failure, delivered to one sink: the
 // FailureSink of the Registry (a Dispatcher's Options::on_failure), which
@@ -35,6 +36,7 @@ struct Failure {
     kDestroyFailed,  // a destroy verb failed where nothing can throw
     kUndispatched,   // events waited for a dispatch that did not come
     kStalled,        // one turn held the dispatching thread too long
+    kConnectionFailed,  // a connection's recovery gave up: `what` says why
   };
 
   // The common shapes; the caller adds device, object and event code.

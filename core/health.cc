@@ -61,6 +61,8 @@ std::string_view to_string(HealthSource source) noexcept {
       return "deadline";
     case HealthSource::kApplication:
       return "application";
+    case HealthSource::kRecovery:
+      return "recovery";
   }
   return "?";
 }

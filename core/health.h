@@ -47,6 +47,7 @@ enum class HealthSource : std::uint8_t {
   kKeepalive,    // no keepalive answer within interval x misses
   kDeadline,     // a work request outstanding past its deadline: wr_id names it
   kApplication,  // the application's own reason, in `what`
+  kRecovery,     // a recovery attempt failed, or recovery gave up: `what` says why
 };
 
 struct HealthCause {

@@ -23,6 +23,7 @@
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
 #include <ibev/core/health.h>
+#include <ibev/core/recovery.h>
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/completions.h>
 #include <ibev/dispatch/dispatcher.h>

@@ -46,6 +46,7 @@ RecoveryDecision RecoverySchedule::went_down(Clock::time_point now) {
 
 RecoveryDecision RecoverySchedule::attempt_failed(Clock::time_point now) {
   if (!outage_) outage_ = Outage{now, 0};
+  ++outage_->attempts;
   if (auto why = overdue(now)) {
     outage_.reset();
     return {std::nullopt, std::move(*why)};
@@ -56,7 +57,7 @@ RecoveryDecision RecoverySchedule::attempt_failed(Clock::time_point now) {
 std::optional<std::string> RecoverySchedule::overdue(Clock::time_point now) const {
   if (!outage_ || now - outage_->began < policy_.give_up_after) return std::nullopt;
   return "not recovered in " + ms(policy_.give_up_after) + " (" +
-         std::to_string(outage_->attempts) + " attempts)";
+         std::to_string(outage_->attempts) + " attempts failed)";
 }
 
 void RecoverySchedule::recovered(Clock::time_point now) {
@@ -66,12 +67,11 @@ void RecoverySchedule::recovered(Clock::time_point now) {
 }
 
 std::chrono::milliseconds RecoverySchedule::next_delay() {
-  // Doubled once per attempt made, until it reaches the cap (never past
+  // Doubled once per attempt failed, until it reaches the cap (never past
   // it: no overflow however many attempts).
   auto base = policy_.first_delay.count();
   for (unsigned i = 0; i < outage_->attempts && base < policy_.max_delay.count(); ++i) base *= 2;
   base = std::min(base, policy_.max_delay.count());
-  ++outage_->attempts;
   // A uniform share in [0, 1) from the engine's top 53 bits: the same on
   // every standard library, unlike std::uniform_real_distribution.
   const double share = static_cast<double>(random_() >> 11) * 0x1.0p-53;

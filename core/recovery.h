@@ -68,14 +68,15 @@ class RecoverySchedule {
   // Any outage ends without counting (the connection failed, or was closed).
   void ended() noexcept { outage_.reset(); }
 
-  // Attempts made in the current outage so far (its next is attempts() + 1).
+  // Attempts of the current outage that failed so far (the one being made,
+  // or waited for, is attempts() + 1).
   unsigned attempts() const noexcept { return outage_ ? outage_->attempts : 0; }
   const RecoveryPolicy& policy() const noexcept { return policy_; }
 
  private:
   struct Outage {
     Clock::time_point began;
-    unsigned attempts = 0;
+    unsigned attempts = 0;  // failed
   };
   std::chrono::milliseconds next_delay();
 

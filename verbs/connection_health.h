@@ -33,6 +33,41 @@
 // IBV_ACCESS_REMOTE_WRITE (connect()'s default), and the send CQ a
 // Dispatcher (not kPolled).
 //
+// Deadlines (Options::deadline): work requests posted through post_send()
+// are tracked until completion() hears theirs (a completion retires those
+// posted before it too, as a send queue completes in order); a signaled one
+// still outstanding `deadline` after its post is a cause (kDeadline, its
+// wr_id): a request hung behind a peer that stopped answering, with retry
+// counts that would take minutes, is noticed in about deadline x 1.25 (the
+// check runs every quarter deadline). Receives are told apart by opcode
+// when they succeed; a receive that fails carries no opcode, so keep its
+// wr_ids apart from the tracked sends' (most code's wr_ids are addresses).
+//
+// Recovery (Options::recovery, given a reconnect callback): reset in place,
+// supervised. When the connection goes down, ibev waits (backoff with
+// jitter, core/recovery.h; while its port is down, until PORT_ACTIVE), then
+// drains the QP (QueuePair::drain: every request posted before has
+// completed, flushed or not, and the CQ's handler has had it; causes heard
+// until now are the old connection's), resets it with a fresh PSN, moves the
+// state to recovering and calls `reconnect` with a RecoveryAttempt: the
+// application tells its peer attempt.local(), learns the peer's endpoint
+// (the peer resets its QP too), re-posts its receives (ibev never guesses
+// them) and calls attempt.connect(), which brings the connection up. An
+// attempt that fails (connect throws, fail(), abandoned, a cause while
+// recovering) is followed by the next, farther apart; an outage that lasts
+// give_up_after, or a down after max_recoveries recoveries within the
+// damping window, fails the connection for good, with one Failure
+// (kConnectionFailed) saying why. A DEVICE_FATAL fails it at once: a QP is
+// not reset in place on a device that is gone (reconnecting on another is
+// the CM's, and not here yet). Requests posted through post_send() that
+// were not delivered (their own completion an error or a flush, or none by
+// the end of the drain) are listed in the attempt, in posting order, to be
+// sent again by the application if it wants them: ibev resends nothing.
+// Where ibev differs from NVMe-oF's host (reconnect_delay, ctrl_loss_tmo):
+// the delay grows and is jittered rather than fixed, and the window bounds
+// a fault that recurs on every reconnect, which a fixed delay retries for
+// ever.
+//
 // Threads: every member may be called from any thread, and from inside the
 // handler. The handler runs on the Dispatcher's thread, one call at a time,
 // in the order of the transitions, with no lock held; with an Executor, its
@@ -40,7 +75,8 @@
 //
 // Lifetime: close() (or destruction) stops the handler with the wait rule of
 // core/handle.h (waiting for a running call unless it is that call's own
-// thread); after it nothing is heard or told. Holds the QP; the Dispatcher
+// thread), and the reconnect callback likewise; after it nothing is heard or
+// told, and an attempt still held connects nothing (ECANCELED). Holds the QP; the Dispatcher
 // must outlive it, as every ibev object's.
 #ifndef IBEV_VERBS_CONNECTION_HEALTH_H_
 #define IBEV_VERBS_CONNECTION_HEALTH_H_
@@ -53,20 +89,61 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ibev/core/executor.h>
 #include <ibev/core/handle.h>
 #include <ibev/core/health.h>
+#include <ibev/core/recovery.h>
 #include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/rc_endpoint.h>
 
 namespace ibev {
 
 namespace detail {
 struct HealthShared;  // connection_health.cc
+struct Attempt;
 }  // namespace detail
 
 using HealthHandler = std::function<void(const HealthChange& change)>;
+
+// One attempt to bring a connection back in place (ConnectionHealth's
+// recovery): its QP drained and in RESET with a fresh PSN, waiting for the
+// application to connect it to its peer again. Copies share the attempt;
+// when the last goes with neither connect() nor fail() called, the attempt
+// failed ("abandoned"), and the next is scheduled. Any thread.
+class RecoveryAttempt {
+ public:
+  explicit RecoveryAttempt(std::shared_ptr<detail::Attempt> attempt) noexcept
+      : attempt_(std::move(attempt)) {}
+
+  // 1 for an outage's first attempt.
+  unsigned number() const noexcept;
+  // What the outage began with.
+  const HealthCause& cause() const noexcept;
+  // The wr_ids posted through ConnectionHealth::post_send() and not
+  // delivered, in posting order: theirs to send again, or not.
+  const std::vector<std::uint64_t>& undelivered() const noexcept;
+  // This QP as its peer must now see it (Recovery::connect's port and GID
+  // index, the new PSN): what the application tells the peer.
+  const RcEndpoint& local() const noexcept;
+  // The QP, in RESET: to_init() and post_recv() go here before connect().
+  QueuePair& queue_pair() const noexcept;
+
+  // RESET or INIT -> RTS against `remote` with Recovery::connect: the
+  // connection is up. Throws what QueuePair::connect throws (the attempt
+  // failed; the next is scheduled), std::system_error ECANCELED (the
+  // recovery ended meanwhile: failed, given up, closed) or EALREADY (this
+  // attempt was settled already).
+  void connect(const RcEndpoint& remote) const;
+  // The attempt failed, `why` (the peer did not answer, say): the next is
+  // scheduled. Throws std::system_error EALREADY as connect() does.
+  void fail(const std::string& why) const;
+
+ private:
+  std::shared_ptr<detail::Attempt> attempt_;
+};
 
 // The keepalive's probes: posted, and answered (succeeded or failed) in time.
 struct KeepaliveStats {
@@ -87,12 +164,26 @@ class ConnectionHealth {
       std::chrono::milliseconds interval{0};  // 0: no keepalive
       unsigned misses = 3;
     } keepalive;
+    // A signaled request posted through post_send() without its completion
+    // this long is a cause. 0: none.
+    std::chrono::milliseconds deadline{0};
+    struct Recovery {
+      RecoveryPolicy policy;
+      // What an attempt connects with; its port and GID index make local().
+      ConnectOptions connect;
+      // Called once per attempt, on the handler's thread (or Executor),
+      // after the handler has heard the change to recovering. Empty: no
+      // recovery; the application moves the state itself.
+      std::function<void(const RecoveryAttempt& attempt)> reconnect;
+    } recovery;
   };
 
   // Throws std::invalid_argument (null or closed QP, not RC, empty handler,
   // port 0 or beyond the device's ports; a keepalive with a negative
-  // interval, no misses, or a kPolled send CQ) or std::system_error (the
-  // keepalive's timer).
+  // interval, no misses, or a kPolled send CQ; a negative deadline; a
+  // recovery whose policy RecoveryPolicy::validate refuses, or whose QP has
+  // a kPolled CQ: the drain is the Dispatcher's) or std::system_error (the
+  // timers, ibv_query_qp, ibv_query_port).
   static std::shared_ptr<ConnectionHealth> create(std::shared_ptr<QueuePair> qp,
                                                   HealthHandler on_change, Options options);
   static std::shared_ptr<ConnectionHealth> create(std::shared_ptr<QueuePair> qp,
@@ -111,7 +202,12 @@ class ConnectionHealth {
   const std::shared_ptr<QueuePair>& queue_pair() const noexcept { return qp_; }
 
   // A completion polled from one of the QP's CQs (for another QP: ignored).
+  // With deadlines or recovery, give it every one, flushes too.
   void completion(const ibv_wc& wc);
+  // QueuePair::post_send, each request tracked for its deadline and, if it
+  // is not delivered, for a recovery attempt's undelivered(). Throws what
+  // post_send throws (the requests from `bad_wr` on are not tracked).
+  void post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr = nullptr);
   void cause(HealthCause cause);
   void recovering();
   void up();

@@ -237,7 +237,7 @@ void QueuePair::post_recv(ibv_recv_wr& wr, ibv_recv_wr** bad_wr) {
 
 RcEndpoint QueuePair::endpoint(std::uint8_t port, int gid_index) const {
   const auto& device = pd_->device();
-  return {qp_num(), device->query_gid(port, gid_index), psn_,
+  return {qp_num(), device->query_gid(port, gid_index), psn(),
           device->query_port(port).lid};
 }
 
@@ -250,12 +250,19 @@ void QueuePair::to_init(const ConnectOptions& options) {
 void QueuePair::connect(const RcEndpoint& remote, const ConnectOptions& options) {
   const auto& device = pd_->device();
   const detail::RcTransitions steps = detail::rc_transitions(
-      remote, psn_, device->query_port(options.port),
+      remote, psn(), device->query_port(options.port),
       device->query_gid(options.port, options.gid_index), options);
   ibv_qp_attr init = steps.init, rtr = steps.rtr, rts = steps.rts;
   modify(init, steps.init_mask, "ibv_modify_qp(INIT)");
   modify(rtr, steps.rtr_mask, "ibv_modify_qp(RTR)");
   modify(rts, steps.rts_mask, "ibv_modify_qp(RTS)");
+}
+
+void QueuePair::reset() {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RESET;
+  modify(attr, IBV_QP_STATE, "ibv_modify_qp(RESET)");
+  if (!parents_.psn) psn_.store(random_psn(), std::memory_order_relaxed);
 }
 
 void QueuePair::drain_send_queue() {

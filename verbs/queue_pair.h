@@ -42,6 +42,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -161,6 +162,7 @@ class QueuePair : public detail::Closeable {
   std::uint32_t qp_num() const;
   const std::shared_ptr<Device>& device() const noexcept { return pd_->device(); }
   const std::shared_ptr<CompletionQueue>& send_cq() const noexcept { return parents_.send_cq; }
+  const std::shared_ptr<CompletionQueue>& recv_cq() const noexcept { return parents_.recv_cq; }
   void close() noexcept override;
 
   // ibv_modify_qp; throws std::system_error naming `step` (ENODEV once
@@ -177,7 +179,7 @@ class QueuePair : public detail::Closeable {
   void post_recv(ibv_recv_wr& wr, ibv_recv_wr** bad_wr = nullptr);
 
   // The first PSN this QP sends with (QueuePairOptions::psn).
-  std::uint32_t psn() const noexcept { return psn_; }
+  std::uint32_t psn() const noexcept { return psn_.load(std::memory_order_relaxed); }
 
   // This QP as an RC peer sees it: GID `gid_index` and LID of `port`, and
   // psn(), the PSN connect() will send with.
@@ -195,6 +197,14 @@ class QueuePair : public detail::Closeable {
   // std::system_error naming the step ("ibv_modify_qp(RTR)") or
   // std::invalid_argument for a bad remote.
   void connect(const RcEndpoint& remote, const ConnectOptions& options = {});
+  // Any state -> RESET, as a reconnection in place begins: whatever was
+  // posted and not yet completed is gone without a completion (drain()
+  // first to have them all completed), and psn() is drawn anew, at random
+  // in 24 bits, so that packets of the old connection still in the fabric
+  // are not taken for the new one's (an explicit QueuePairOptions::psn is
+  // kept: the application chose it). Throws std::system_error naming
+  // "ibv_modify_qp(RESET)".
+  void reset();
   // RTS -> SQD: the send queue drains, then the device raises SQ_DRAINED
   // (wait for it with ibev::wait_for, armed before; dispatch/event_wait.h),
   // and resume_send_queue() (SQD -> RTS) sends again.
@@ -236,7 +246,7 @@ class QueuePair : public detail::Closeable {
 
   std::shared_ptr<ProtectionDomain> pd_;
   Options parents_;  // the CQs and SRQ, kept alive
-  std::uint32_t psn_;
+  std::atomic<std::uint32_t> psn_;  // reset() draws a new one
   // Held by a drain while it is in its verbs: close() waits for it.
   detail::CallGuard drain_verbs_;
   std::shared_ptr<Drains> drains_;  // std::atomic_load/store: several threads

@@ -12,11 +12,15 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -405,6 +409,427 @@ BOOST_AUTO_TEST_CASE(bad_input_is_refused_and_a_closed_health_hears_nothing) {
   BOOST_TEST(on_b->causes().empty());
   expect_throw<std::invalid_argument>([&] { create(pair.b, changes.handler(), 1); },
                                       "the QP is closed");
+}
+
+// --- Deadlines and recovery ---
+
+namespace {
+
+// A pair whose CQ hands every completion to the health, as an application
+// with deadlines or recovery must, and keeps them.
+struct Forwarding {
+  explicit Forwarding(Env& env, const ConnectOptions& connect = {})
+      : pair(env, [this](const CompletionBatch& batch) {
+          std::lock_guard<std::mutex> lock(mutex);
+          for (const ibv_wc& wc : batch) {
+            seen.push_back(wc);
+            if (health) health->completion(wc);
+          }
+        }, {}, connect) {}
+
+  void watch(std::shared_ptr<ConnectionHealth> made) {
+    std::lock_guard<std::mutex> lock(mutex);
+    health = std::move(made);
+  }
+  // Whether wr_id's completion came, with `status`.
+  bool came(std::uint64_t wr_id, ibv_wc_status status = IBV_WC_SUCCESS) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const ibv_wc& wc : seen) {
+      if (wc.wr_id == wr_id && wc.status == status) return true;
+    }
+    return false;
+  }
+  // A zero-length RDMA write, signaled, through the health.
+  void write(std::uint64_t wr_id) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    health_now()->post_send(wr);
+  }
+  std::shared_ptr<ConnectionHealth> health_now() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return health;
+  }
+
+  std::mutex mutex;
+  std::vector<ibv_wc> seen;
+  std::shared_ptr<ConnectionHealth> health;
+  Pair pair;
+};
+
+// The peer's half of a reconnection in place: b reset and connected to the
+// attempt's new endpoint, then the attempt to b's.
+void reconnect_in_place(QueuePair& b, const RecoveryAttempt& attempt) {
+  b.reset();
+  b.connect(attempt.local());
+  attempt.connect(b.endpoint());
+}
+
+// Recovery that tries 10 ms after a down, without jitter, and notes each
+// attempt before handing it to `reconnect`.
+struct Attempts {
+  std::mutex mutex;
+  std::vector<unsigned> numbers;
+  std::vector<HealthCause> causes;
+  std::vector<std::vector<std::uint64_t>> undelivered;
+  std::size_t count() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return numbers.size();
+  }
+};
+
+ConnectionHealth::Options recovering(Attempts& attempts,
+                                     std::function<void(const RecoveryAttempt&)> reconnect) {
+  ConnectionHealth::Options options;
+  options.recovery.policy.first_delay = 10ms;
+  options.recovery.policy.max_delay = 100ms;
+  options.recovery.policy.jitter = 0.0;
+  options.recovery.policy.window = 60s;  // a storm under TCG and TSan stays inside it
+  options.recovery.reconnect = [&attempts, reconnect](const RecoveryAttempt& attempt) {
+    {
+      std::lock_guard<std::mutex> lock(attempts.mutex);
+      attempts.numbers.push_back(attempt.number());
+      attempts.causes.push_back(attempt.cause());
+      attempts.undelivered.push_back(attempt.undelivered());
+    }
+    reconnect(attempt);
+  };
+  return options;
+}
+
+std::vector<ConnectionState> states(const std::vector<HealthChange>& changes) {
+  std::vector<ConnectionState> to;
+  for (const HealthChange& change : changes) to.push_back(change.to);
+  return to;
+}
+
+std::size_t failures_of_kind(Env& env, const std::string& kind) {
+  std::size_t n = 0;
+  for (const std::string& line : env.errors()) n += line.rfind(kind, 0) == 0 ? 1 : 0;
+  return n;
+}
+
+using S = ConnectionState;
+
+}  // namespace
+
+// A request posted through the health that completes is retired; one that
+// cannot complete (its peer's QP gone, the transport retrying for about
+// 8 s) takes the connection down for its deadline, naming it, long before
+// the transport would give up.
+BOOST_AUTO_TEST_CASE(a_request_past_its_deadline_takes_the_connection_down) {
+  Env env{test_device()};
+  ConnectOptions slow;
+  slow.timeout = 18;  // about 1 s a try
+  Forwarding link(env, slow);
+  Changes changes;
+  ConnectionHealth::Options options;
+  options.deadline = 300ms;
+  link.watch(ConnectionHealth::create(link.pair.a, changes.handler(), options));
+  link.write(1);
+  BOOST_REQUIRE(eventually([&] { return link.came(1); }));
+  std::this_thread::sleep_for(700ms);  // past two deadlines: a retired request is no cause
+  BOOST_TEST(link.health->state() == S::kUp);
+
+  link.pair.b->close();
+  const auto posted = std::chrono::steady_clock::now();
+  link.write(2);
+  BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kDown; }));
+  const auto noticed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - posted)
+                           .count();
+  settle(env.dispatcher);
+  const auto all = changes.all();
+  BOOST_REQUIRE_EQUAL(all.size(), 1u);
+  BOOST_TEST((all[0].cause.source == HealthSource::kDeadline), all[0].cause.what);
+  BOOST_TEST(all[0].cause.wr_id == 2u);
+  BOOST_TEST(noticed >= 300);
+  BOOST_TEST(noticed < 4000);  // the transport: 8 tries of about 1 s
+  BOOST_TEST(!link.came(2, IBV_WC_RETRY_EXC_ERR));
+}
+
+// An injected QP_FATAL (as a provider that raises it would): one down, then
+// ibev drains and resets the QP, the application's reconnect joins it to
+// its peer again, and the connection is up and carries traffic: the
+// handler hears down, recovering, up, each once.
+BOOST_AUTO_TEST_CASE(a_qp_fatal_is_recovered_in_place_and_traffic_resumes) {
+  Env env{test_device()};
+  Forwarding link(env);
+  Changes changes;
+  Attempts attempts;
+  auto b = link.pair.b;
+  link.watch(ConnectionHealth::create(
+      link.pair.a, changes.handler(),
+      recovering(attempts, [b](const RecoveryAttempt& attempt) { reconnect_in_place(*b, attempt); })));
+  const std::uint32_t psn_before = link.pair.a->psn();
+  link.write(1);
+  BOOST_REQUIRE(eventually([&] { return link.came(1); }));
+
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, link.pair.a->get());
+  BOOST_REQUIRE(eventually([&] { return changes.all().size() == 3u; }));
+  BOOST_TEST(link.health->state() == S::kUp);
+  link.write(2);
+  BOOST_REQUIRE(eventually([&] { return link.came(2); }));
+
+  const auto all = changes.all();
+  const std::vector<S> expected{S::kDown, S::kRecovering, S::kUp};
+  BOOST_TEST(states(all) == expected, boost::test_tools::per_element());
+  BOOST_TEST(all[0].cause.code == IBV_EVENT_QP_FATAL);
+  BOOST_TEST(all[2].cause.code == IBV_EVENT_QP_FATAL);  // what it recovered from
+  BOOST_REQUIRE_EQUAL(attempts.count(), 1u);
+  BOOST_TEST(attempts.numbers[0] == 1u);
+  BOOST_TEST(attempts.causes[0].code == IBV_EVENT_QP_FATAL);
+  BOOST_TEST(attempts.undelivered[0].empty());
+  BOOST_TEST(link.pair.a->psn() != psn_before);  // 1 in 2^24 to fail by chance
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+// A real error completion (an RDMA write the peer refuses) and the two
+// requests behind it, flushed: one down, for the write; the attempt lists
+// all three as undelivered, in posting order; after it, traffic resumes.
+BOOST_AUTO_TEST_CASE(an_error_completion_is_recovered_and_undelivered_requests_listed) {
+  Env env{test_device()};
+  Forwarding link(env);
+  Changes changes;
+  Attempts attempts;
+  auto b = link.pair.b;
+  link.watch(ConnectionHealth::create(
+      link.pair.a, changes.handler(),
+      recovering(attempts, [b](const RecoveryAttempt& attempt) { reconnect_in_place(*b, attempt); })));
+
+  std::vector<char> memory(4096);
+  auto mr = MemoryRegion::create(env.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge sge{reinterpret_cast<std::uintptr_t>(memory.data()), 64, mr->lkey()};
+  ibv_send_wr refused{};
+  refused.wr_id = 1;
+  refused.sg_list = &sge;
+  refused.num_sge = 1;
+  refused.opcode = IBV_WR_RDMA_WRITE;
+  refused.send_flags = IBV_SEND_SIGNALED;
+  refused.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(memory.data() + 1024);
+  refused.wr.rdma.rkey = mr->rkey();  // valid, but not for remote writes
+  link.health->post_send(refused);
+  link.write(2);
+  link.write(3);
+
+  BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kUp && attempts.count() == 1; }));
+  link.write(4);
+  BOOST_REQUIRE(eventually([&] { return link.came(4); }));
+  BOOST_TEST(link.came(1, IBV_WC_REM_ACCESS_ERR));
+  const auto all = changes.all();
+  const std::vector<S> expected{S::kDown, S::kRecovering, S::kUp};
+  BOOST_TEST(states(all) == expected, boost::test_tools::per_element());
+  BOOST_TEST((all[0].cause.source == HealthSource::kCompletion));
+  BOOST_TEST(all[0].cause.wr_id == 1u);
+  const std::vector<std::uint64_t> undelivered{1, 2, 3};
+  BOOST_TEST(attempts.undelivered[0] == undelivered, boost::test_tools::per_element());
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+// A fault that recurs on every reconnect (QP_FATAL again as soon as it is
+// up, ten times): max_recoveries recoveries, then failed, with one failure
+// record saying it was damped; no more attempts after.
+BOOST_AUTO_TEST_CASE(a_storm_is_damped_into_one_failure) {
+  Env env{test_device()};
+  Forwarding link(env);
+  Changes changes;
+  Attempts attempts;
+  auto b = link.pair.b;
+  link.watch(ConnectionHealth::create(
+      link.pair.a, changes.handler(),
+      recovering(attempts, [b](const RecoveryAttempt& attempt) { reconnect_in_place(*b, attempt); })));
+  for (int i = 0; i < 10 && link.health->state() != S::kFailed; ++i) {
+    const std::size_t before = changes.all().size();
+    env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, link.pair.a->get());
+    BOOST_REQUIRE(eventually([&] {
+      const auto all = changes.all();
+      return all.size() > before && (all.back().to == S::kUp || all.back().to == S::kFailed);
+    }));
+  }
+  settle(env.dispatcher);
+  const auto all = changes.all();
+  const std::vector<S> expected{S::kDown, S::kRecovering, S::kUp, S::kDown, S::kRecovering,
+                                S::kUp,   S::kDown,       S::kRecovering, S::kUp, S::kDown,
+                                S::kFailed};
+  BOOST_TEST(states(all) == expected, boost::test_tools::per_element());
+  BOOST_TEST((all.back().cause.source == HealthSource::kRecovery));
+  BOOST_TEST(all.back().cause.what.find("(damped)") != std::string::npos, all.back().cause.what);
+  BOOST_TEST(attempts.count() == 3u);
+  BOOST_TEST(failures_of_kind(env, "connection failed") == 1u, env.failures.summary());
+}
+
+// A reconnect that throws is a failure record and an abandoned attempt; the
+// next attempt, numbered 2, comes after the backoff and succeeds.
+BOOST_AUTO_TEST_CASE(a_throwing_reconnect_is_a_failed_attempt_and_the_next_one_recovers) {
+  Env env{test_device()};
+  Forwarding link(env);
+  Changes changes;
+  Attempts attempts;
+  auto b = link.pair.b;
+  link.watch(ConnectionHealth::create(
+      link.pair.a, changes.handler(),
+      recovering(attempts, [b](const RecoveryAttempt& attempt) {
+        if (attempt.number() == 1) throw std::runtime_error("no peer yet");
+        reconnect_in_place(*b, attempt);
+      })));
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_REQ_ERR, link.pair.a->get());
+  BOOST_REQUIRE(eventually(
+      [&] { return attempts.count() == 2u && link.health->state() == S::kUp; }));
+  link.write(1);
+  BOOST_REQUIRE(eventually([&] { return link.came(1); }));
+  const auto all = changes.all();
+  const std::vector<S> expected{S::kDown, S::kRecovering, S::kDown, S::kRecovering, S::kUp};
+  BOOST_TEST(states(all) == expected, boost::test_tools::per_element());
+  BOOST_TEST((all[2].cause.source == HealthSource::kRecovery));
+  BOOST_TEST(all[2].cause.what.find("attempt 1: abandoned") != std::string::npos,
+             all[2].cause.what);
+  const std::vector<unsigned> numbers{1, 2};
+  BOOST_TEST(attempts.numbers == numbers, boost::test_tools::per_element());
+  const auto lines = env.errors();
+  BOOST_REQUIRE_EQUAL(lines.size(), 1u);
+  BOOST_TEST(lines[0].find("no peer yet") != std::string::npos, lines[0]);
+}
+
+// The port goes down: down, and no attempt while it stays down (a reset QP
+// on a dead link only fails); PORT_ACTIVE starts the wait, the attempt
+// recovers, and traffic resumes. The time from PORT_ACTIVE to the first new
+// completion is printed.
+BOOST_AUTO_TEST_CASE(a_port_flap_is_recovered_once_the_port_is_back) {
+  Env env{test_device()};
+  Forwarding link(env);
+  Changes changes;
+  Attempts attempts;
+  auto b = link.pair.b;
+  link.watch(ConnectionHealth::create(
+      link.pair.a, changes.handler(),
+      recovering(attempts, [b](const RecoveryAttempt& attempt) { reconnect_in_place(*b, attempt); })));
+  std::mutex mutex;
+  std::optional<std::chrono::steady_clock::time_point> active;
+  Handle listener = env.device->on_event(EventFilter{IBV_EVENT_PORT_ACTIVE}, [&](const Event&) {
+    std::lock_guard<std::mutex> lock(mutex);
+    active = std::chrono::steady_clock::now();
+  });
+
+  run_command("ip link set " + test_netdev() + " down");
+  BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kDown; }));
+  std::this_thread::sleep_for(500ms);  // 50 first delays: no attempt while the port is down
+  BOOST_TEST(attempts.count() == 0u);
+  run_command("ip link set " + test_netdev() + " up");
+  BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kUp; }));
+  link.write(1);
+  BOOST_REQUIRE(eventually([&] { return link.came(1); }));
+  const auto resumed = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    BOOST_REQUIRE(active.has_value());
+    BOOST_TEST_MESSAGE("PORT_ACTIVE to the first new completion: "
+                       << std::chrono::duration_cast<std::chrono::milliseconds>(resumed - *active)
+                              .count()
+                       << " ms");
+  }
+  const auto all = changes.all();
+  BOOST_REQUIRE(all.size() >= 3u);
+  BOOST_TEST(all[0].cause.code == IBV_EVENT_PORT_ERR);
+  BOOST_TEST(all.back().to == S::kUp);
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+// A port that does not come back within give_up_after: failed, with one
+// record that says so, and no attempt was made. A DEVICE_FATAL fails at
+// once: a QP is not reset in place on a device that is gone.
+BOOST_AUTO_TEST_CASE(an_outage_past_give_up_after_and_a_dead_device_fail_for_good) {
+  Env env{test_device()};
+  {
+    Forwarding link(env);
+    Changes changes;
+    Attempts attempts;
+    auto options = recovering(attempts, [](const RecoveryAttempt&) {});
+    options.recovery.policy.give_up_after = 800ms;
+    link.watch(ConnectionHealth::create(link.pair.a, changes.handler(), options));
+    std::atomic<bool> active{false};
+    Handle listener = env.device->on_event(EventFilter{IBV_EVENT_PORT_ACTIVE},
+                                           [&active](const Event&) { active = true; });
+    run_command("ip link set " + test_netdev() + " down");
+    BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kFailed; }));
+    run_command("ip link set " + test_netdev() + " up");
+    BOOST_REQUIRE(eventually([&] { return active.load(); }));
+    settle(env.dispatcher);
+    const auto all = changes.all();
+    const std::vector<S> expected{S::kDown, S::kFailed};
+    BOOST_TEST(states(all) == expected, boost::test_tools::per_element());
+    BOOST_TEST(all[1].cause.what == "not recovered in 800 ms (0 attempts failed)");
+    BOOST_TEST(attempts.count() == 0u);
+    BOOST_TEST(failures_of_kind(env, "connection failed") == 1u, env.failures.summary());
+  }
+  Forwarding link(env);
+  Changes changes;
+  Attempts attempts;
+  link.watch(ConnectionHealth::create(link.pair.a, changes.handler(),
+                                      recovering(attempts, [](const RecoveryAttempt&) {})));
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_DEVICE_FATAL, WholeDevice{});
+  BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kFailed; }));
+  settle(env.dispatcher);
+  BOOST_TEST(changes.all().back().cause.what.find("IBV_EVENT_DEVICE_FATAL") != std::string::npos);
+  BOOST_TEST(attempts.count() == 0u);
+  BOOST_TEST(failures_of_kind(env, "connection failed") == 2u, env.failures.summary());
+}
+
+BOOST_AUTO_TEST_CASE(bad_deadlines_and_recovery_are_refused) {
+  Env env{test_device()};
+  Pair pair(env, [](const CompletionBatch&) {});
+  Changes changes;
+  Attempts attempts;
+  ConnectionHealth::Options options;
+  options.deadline = -1ms;
+  expect_throw<std::invalid_argument>(
+      [&] { ConnectionHealth::create(pair.a, changes.handler(), options); },
+      "ConnectionHealth::create: a deadline of 0 (none) or more");
+  options = recovering(attempts, [](const RecoveryAttempt&) {});
+  options.recovery.policy.max_recoveries = 0;
+  expect_throw<std::invalid_argument>(
+      [&] { ConnectionHealth::create(pair.a, changes.handler(), options); },
+      "ConnectionHealth::create: RecoveryPolicy: max_recoveries is 0");
+  auto polled = CompletionQueue::create_polled(env.device, {});
+  QueuePairOptions on_polled;
+  on_polled.send_cq = pair.cq;
+  on_polled.recv_cq = polled;
+  auto qp = QueuePair::create(env.pd, {}, on_polled);
+  expect_throw<std::invalid_argument>(
+      [&] {
+        ConnectionHealth::create(qp, changes.handler(),
+                                 recovering(attempts, [](const RecoveryAttempt&) {}));
+      },
+      "a CQ of it is kPolled");
+}
+
+// An attempt is settled once; one still held when its health closes
+// connects nothing.
+BOOST_AUTO_TEST_CASE(an_attempt_is_settled_once_and_not_after_close) {
+  Env env{test_device()};
+  Forwarding link(env);
+  Changes changes;
+  Attempts attempts;
+  std::mutex mutex;
+  std::optional<RecoveryAttempt> held;
+  link.watch(ConnectionHealth::create(link.pair.a, changes.handler(),
+                                      recovering(attempts, [&](const RecoveryAttempt& attempt) {
+                                        std::lock_guard<std::mutex> lock(mutex);
+                                        held = attempt;
+                                      })));
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, link.pair.a->get());
+  BOOST_REQUIRE(eventually([&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return held.has_value();
+  }));
+  RecoveryAttempt attempt = *held;
+  link.health->close();
+  expect_throw<std::system_error>([&] { attempt.connect(link.pair.b->endpoint()); },
+                                  "RecoveryAttempt::connect: the recovery ended");
+  RecoveryAttempt again = *held;
+  expect_throw<std::system_error>([&] { again.fail("gave up"); },
+                                  "RecoveryAttempt::fail: this attempt was settled already");
+  BOOST_TEST(link.health->state() == S::kRecovering);  // closed: nothing moves it
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -70,8 +70,8 @@ std::chrono::milliseconds RecoverySchedule::next_delay() {
   // Doubled once per attempt failed, until it reaches the cap (never past
   // it: no overflow however many attempts).
   auto base = policy_.first_delay.count();
-  for (unsigned i = 0; i < outage_->attempts && base < policy_.max_delay.count(); ++i) base *= 2;
-  base = std::min(base, policy_.max_delay.count());
+  const auto cap = policy_.max_delay.count();
+  for (unsigned i = 0; i < outage_->attempts && base < cap; ++i) base = base > cap / 2 ? cap : base * 2;
   // A uniform share in [0, 1) from the engine's top 53 bits: the same on
   // every standard library, unlike std::uniform_real_distribution.
   const double share = static_cast<double>(random_() >> 11) * 0x1.0p-53;

@@ -69,8 +69,7 @@ constexpr std::chrono::milliseconds kProbeGrace{5000};
 
 struct HealthShared : std::enable_shared_from_this<HealthShared> {
   HealthShared(Dispatcher& dispatcher, const std::shared_ptr<QueuePair>& qp,
-               HealthHandler handler, ConnectionHealth::Options& options, bool signal_all,
-               bool port_active)
+               HealthHandler handler, ConnectionHealth::Options& options, bool signal_all)
       : dispatcher(dispatcher.weak_ref()),
         registry(dispatcher.shared_registry()),
         qp(qp),
@@ -79,10 +78,10 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
         deadline(options.deadline),
         signal_all(signal_all),
         connect_options(options.recovery.connect),
+        port(*options.port),
         health(options.initial),
         subscriber(std::make_shared<HealthSubscriber>(std::move(handler), AnyArg{},
-                                                      options.executor)),
-        port_active(port_active) {
+                                                      options.executor)) {
     if (options.recovery.reconnect) {
       schedule.emplace(options.recovery.policy, std::random_device{}());
       reconnecter = std::make_shared<ReconnectSubscriber>(std::move(options.recovery.reconnect),
@@ -107,11 +106,16 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
       posted.clear();  // what was out before is the old connection's
       undelivered.clear();
       pending.reset();
+      if (schedule) schedule->ended();  // an up the application made too
     }
     const bool went_down = change.to == ConnectionState::kDown;
     const bool new_outage = change.from == ConnectionState::kUp;
     tell(std::move(change));
-    if (!reconnecter || !went_down) return;
+    if (reconnecter && went_down) post_supervise(new_outage);
+  }
+
+  // Under the lock: the next recovery step, for the current `step`.
+  void post_supervise(bool new_outage) {
     if (auto events = dispatcher.lock()) {
       events->post([weak = weak_from_this(), at = step, new_outage] {
         if (auto self = weak.lock()) self->supervise(at, new_outage);
@@ -143,10 +147,19 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     }
     auto cause = HealthCause::of_event(event.code());
     if (!cause) return;
-    apply([&](HealthState& health) {
-      if (event.code() == IBV_EVENT_PORT_ERR) port_active = false;
-      return health.cause(std::move(*cause));
-    });
+    std::optional<Failure> failed;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (auto change = health.cause(std::move(*cause))) changed(std::move(*change));
+      // A QP is reset in place on its own device only: whatever the state,
+      // there is nothing left to attempt.
+      if (event.code() == IBV_EVENT_DEVICE_FATAL && reconnecter && !stopped &&
+          health.state() != ConnectionState::kFailed) {
+        failed = fail_for_good("IBV_EVENT_DEVICE_FATAL: the device is gone, and a QP is reset "
+                               "in place on its own device only");
+      }
+    }
+    if (failed) registry->report(*failed);
   }
 
   // --- The keepalive ---
@@ -181,7 +194,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
                 HealthSource::kKeepalive, 0, probe->wr_id(),
                 "no keepalive answer in " +
                     std::to_string(keepalive.interval.count() * keepalive.misses) + " ms"})) {
-          tell(std::move(*change));
+          changed(std::move(*change));
         }
         return;  // down: no probe until up() again
       }
@@ -231,7 +244,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     if (auto change = health.cause(HealthCause{
             HealthSource::kKeepalive, static_cast<int>(wc.status), wc.wr_id,
             std::string("keepalive: ") + ibv_wc_status_str(wc.status)})) {
-      tell(std::move(*change));
+      changed(std::move(*change));
     }
   }  // its handle released here, after the lock, from inside its own call: no wait
 
@@ -311,19 +324,25 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // completion of their own unless they fail); a request whose own
   // completion is an error or a flush was not delivered.
   void retire(const ibv_wc& wc) {
-    if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV) != 0) return;
-    const auto it = std::find_if(posted.begin(), posted.end(),
-                                 [&wc](const Posted& p) { return p.wr_id == wc.wr_id; });
+    const bool success = wc.status == IBV_WC_SUCCESS;
+    if (success && (wc.opcode & IBV_WC_RECV) != 0) return;
+    // A success is a signaled request's; an error may be any request's.
+    const auto it = std::find_if(posted.begin(), posted.end(), [&](const Posted& p) {
+      return p.wr_id == wc.wr_id && (p.signaled || !success);
+    });
     if (it == posted.end()) return;
-    if (wc.status != IBV_WC_SUCCESS && undelivered.size() < kMaxUndelivered) {
-      undelivered.push_back(wc.wr_id);
-    }
+    if (!success) note_undelivered(wc.wr_id);
     posted.erase(posted.begin(), it + 1);
+  }
+
+  void note_undelivered(std::uint64_t wr_id) {
+    if (undelivered.size() < kMaxUndelivered) undelivered.push_back(wr_id);
   }
 
   // Every quarter deadline, on the Dispatcher's thread: while up, the
   // oldest signaled request outstanding past its deadline is a cause.
   void check_deadline() {
+    if (!qp_open()) return;
     std::lock_guard<std::mutex> lock(mutex);
     if (stopped || health.state() != ConnectionState::kUp) return;
     const auto oldest = std::find_if(posted.begin(), posted.end(),
@@ -353,6 +372,16 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // or wait for the next attempt; while the port is down, PORT_ACTIVE
   // starts that wait.
   void supervise(std::uint64_t at, bool new_outage) {
+    // Asked here rather than remembered: on the Dispatcher's thread, as
+    // PORT_ACTIVE is heard, so an activation after this finds `pending`.
+    // A port that cannot be asked is taken as up: the attempt will say.
+    bool port_active = true;
+    if (auto connection = qp.lock()) {
+      try {
+        port_active = connection->device()->query_port(port).state == IBV_PORT_ACTIVE;
+      } catch (const std::exception&) {
+      }
+    }
     std::optional<Failure> failed;
     std::optional<std::chrono::milliseconds> wait;
     std::uint64_t outage_at = 0;
@@ -360,17 +389,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
       std::lock_guard<std::mutex> lock(mutex);
       if (!current(at)) return;
       const auto now = Clock::now();
-      RecoveryDecision decision;
-      const auto& causes = health.causes();
-      if (std::any_of(causes.begin(), causes.end(), [](const HealthCause& c) {
-            return c.source == HealthSource::kAsyncEvent && c.code == IBV_EVENT_DEVICE_FATAL;
-          })) {
-        schedule->ended();
-        decision.why = "IBV_EVENT_DEVICE_FATAL: the device is gone, and a QP is reset in "
-                       "place on its own device only";
-      } else {
-        decision = new_outage ? schedule->went_down(now) : schedule->attempt_failed(now);
-      }
+      const RecoveryDecision decision =
+          new_outage ? schedule->went_down(now) : schedule->attempt_failed(now);
       if (!decision.delay) {
         failed = fail_for_good(decision.why);
       } else if (!port_active) {
@@ -395,7 +415,6 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     std::uint64_t at;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      port_active = true;
       std::swap(wait, pending);
       at = step;
     }
@@ -418,8 +437,6 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // Under the lock: failed, with the record that says why (reported by the
   // caller, after the lock).
   Failure fail_for_good(const std::string& why) {
-    schedule->ended();
-    pending.reset();
     if (auto change = health.fail(HealthCause{HealthSource::kRecovery, 0, 0, why})) {
       changed(std::move(*change));
     }
@@ -497,6 +514,10 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     if (error) return attempt_failed(at, "drain: " + error.message(), error.value());
     auto made = std::make_shared<Attempt>();
     made->qp = qp.lock();
+    if (!still(at)) {
+      made->settled = true;  // closed, or moved on meanwhile: the QP is not ours to reset
+      return;
+    }
     try {
       if (!made->qp) throw std::system_error(ENODEV, std::generic_category(), "the QP is closed");
       made->qp->reset();
@@ -513,9 +534,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     }
     made->number = schedule->attempts() + 1;
     made->cause = health.causes().empty() ? HealthCause{} : health.causes().front();
-    for (const Posted& p : posted) {
-      if (undelivered.size() < kMaxUndelivered) undelivered.push_back(p.wr_id);
-    }
+    for (const Posted& p : posted) note_undelivered(p.wr_id);
     posted.clear();
     made->undelivered = std::move(undelivered);
     undelivered.clear();
@@ -543,11 +562,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
                       "attempt " + std::to_string(schedule->attempts() + 1) + ": " + why};
     if (auto change = health.cause(std::move(cause))) return changed(std::move(*change));
     ++step;
-    if (auto events = dispatcher.lock()) {
-      events->post([weak = weak_from_this(), next = step] {
-        if (auto self = weak.lock()) self->supervise(next, false);
-      });
-    }
+    post_supervise(false);
   }
 
   // RecoveryAttempt::connect succeeded: up, counted in the damping window.
@@ -575,6 +590,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   const std::chrono::milliseconds deadline;
   const bool signal_all;  // the QP signals every request (sq_sig_all)
   const ConnectOptions connect_options;
+  const std::uint8_t port;
   std::mutex mutex;
   HealthState health;
   const std::shared_ptr<HealthSubscriber> subscriber;
@@ -590,7 +606,6 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   std::optional<RecoverySchedule> schedule;
   std::uint64_t step = 0;    // every change and every step moves it
   std::uint64_t outage = 0;  // every outage begun moves it
-  bool port_active;
   std::optional<std::chrono::milliseconds> pending;  // an attempt's wait, until PORT_ACTIVE
   Handle retry_timer;
   Handle give_up_timer;
@@ -659,9 +674,9 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::create(std::shared_ptr<Queue
                                   "and a CQ of it is kPolled");
     }
   }
-  const bool port_active = device->query_port(*options.port).state == IBV_PORT_ACTIVE;
-  auto shared = std::make_shared<detail::HealthShared>(
-      device->dispatcher(), qp, std::move(on_change), options, init.sq_sig_all != 0, port_active);
+  auto shared = std::make_shared<detail::HealthShared>(device->dispatcher(), qp,
+                                                       std::move(on_change), options,
+                                                       init.sq_sig_all != 0);
   auto health = std::make_shared<ConnectionHealth>(Token{}, qp, shared);
   // Released last of these: a reconnect call running is waited for after
   // nothing else can start one.
@@ -745,7 +760,9 @@ void ConnectionHealth::post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
   try {
     qp_->post_send(wr, &bad);
   } catch (...) {
-    // The requests from `bad` on were not posted.
+    // The requests from `bad` on were not posted (all of them when the
+    // verb was not reached: a closed QP).
+    if (bad == nullptr) bad = &wr;
     std::size_t posted = 0;
     for (const ibv_send_wr* next = &wr; next != nullptr && next != bad; next = next->next) ++posted;
     shared_->posted.resize(before + posted);
@@ -807,8 +824,10 @@ void ConnectionHealth::close() noexcept {
     if (!guard.running_here()) guard.wait_idle();
     return;
   }
-  for (auto it = heard.rbegin(); it != heard.rend(); ++it) it->release();
+  // Stopped first, so no step starts (no reset of a QP that is no longer
+  // the health's) while the listeners and timers are let go.
   shared_->stop();
+  for (auto it = heard.rbegin(); it != heard.rend(); ++it) it->release();
   told.release();
 }
 

@@ -402,7 +402,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     }
     if (failed) return registry->report(*failed);
     if (outage_at != 0) {
-      arm(&HealthShared::give_up_timer, schedule_policy().give_up_after, at,
+      arm(&HealthShared::give_up_timer, schedule->policy().give_up_after, at,
           [weak = weak_from_this(), outage_at] {
             if (auto self = weak.lock()) self->overdue(outage_at);
           });
@@ -567,19 +567,15 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
 
   // RecoveryAttempt::connect succeeded: up, counted in the damping window.
   bool recovered(std::uint64_t at) {
-    std::optional<Probe> out;
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (!current(at)) return false;
       schedule->recovered(Clock::now());
       if (auto change = health.up()) changed(std::move(*change));
-      std::swap(out, probe);
     }
-    give_up(std::move(out));
+    came_up();
     return true;
   }
-
-  const RecoveryPolicy& schedule_policy() const { return schedule->policy(); }
 
   // How many undelivered wr_ids an attempt lists at most (a send queue's
   // depth is far below it).

@@ -63,6 +63,13 @@ void settle(Dispatcher& dispatcher) {
   BOOST_REQUIRE(eventually([&ran] { return ran.load(); }));
 }
 
+// Milliseconds from `then` to now: how long noticing took.
+long long ms_since(std::chrono::steady_clock::time_point then) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now() - then)
+      .count();
+}
+
 // Two RC QPs on the test device connected to each other, on one CQ whose
 // completions go to `on_completion`.
 struct Pair {
@@ -344,9 +351,7 @@ BOOST_AUTO_TEST_CASE(a_vanished_peer_is_noticed_by_the_keepalive_while_idle) {
   const auto gone = std::chrono::steady_clock::now();
   b->close();
   BOOST_REQUIRE(eventually([&] { return health->state() == ConnectionState::kDown; }));
-  const auto noticed = std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::steady_clock::now() - gone)
-                           .count();
+  const auto noticed = ms_since(gone);
   settle(env.dispatcher);
   const auto all = changes.all();
   BOOST_REQUIRE_EQUAL(all.size(), 1u);
@@ -567,9 +572,7 @@ BOOST_AUTO_TEST_CASE(a_request_past_its_deadline_takes_the_connection_down) {
   const auto posted = std::chrono::steady_clock::now();
   link.write(2);
   BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kDown; }));
-  const auto noticed = std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::steady_clock::now() - posted)
-                           .count();
+  const auto noticed = ms_since(posted);
   settle(env.dispatcher);
   const auto all = changes.all();
   BOOST_REQUIRE_EQUAL(all.size(), 1u);

@@ -52,6 +52,9 @@ struct Attempt {
   ~Attempt();
   // Marks it settled; throws EALREADY naming `verb` if it was.
   void settle(const char* verb);
+  // Settles it for `verb` (connect, replace): the health, still on this
+  // attempt; throws EALREADY, or ECANCELED once the recovery moved on.
+  std::shared_ptr<HealthShared> begin(const char* verb);
 
   std::weak_ptr<HealthShared> health;
   std::shared_ptr<QueuePair> qp;
@@ -67,21 +70,20 @@ struct Attempt {
 // taken (a drain's marker timeout).
 constexpr std::chrono::milliseconds kProbeGrace{5000};
 
+using Mode = ConnectionHealth::Options::Recovery::Mode;
+
 struct HealthShared : std::enable_shared_from_this<HealthShared> {
-  HealthShared(Dispatcher& dispatcher, const std::shared_ptr<QueuePair>& qp,
-               HealthHandler handler, ConnectionHealth::Options& options, bool signal_all)
+  HealthShared(Dispatcher& dispatcher, HealthHandler handler, ConnectionHealth::Options& options)
       : dispatcher(dispatcher.weak_ref()),
         registry(dispatcher.shared_registry()),
-        qp(qp),
-        qp_num(qp->qp_num()),
         keepalive(options.keepalive),
         deadline(options.deadline),
-        signal_all(signal_all),
+        mode(options.recovery.mode),
         connect_options(options.recovery.connect),
-        port(*options.port),
         health(options.initial),
         subscriber(std::make_shared<HealthSubscriber>(std::move(handler), AnyArg{},
                                                       options.executor)) {
+    ever_up = options.initial == ConnectionState::kUp;
     if (options.recovery.reconnect) {
       schedule.emplace(options.recovery.policy, std::random_device{}());
       reconnecter = std::make_shared<ReconnectSubscriber>(std::move(options.recovery.reconnect),
@@ -102,6 +104,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // fails its attempt (from recovering), and the next step is posted.
   void changed(HealthChange change) {
     ++step;
+    if (change.to == ConnectionState::kUp) ever_up = true;
     if (change.to == ConnectionState::kUp || change.to == ConnectionState::kFailed) {
       posted.clear();  // what was out before is the old connection's
       undelivered.clear();
@@ -115,10 +118,10 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   }
 
   // Under the lock: the next recovery step, for the current `step`.
-  void post_supervise(bool new_outage) {
+  void post_supervise(bool new_outage, bool at_once = false) {
     if (auto events = dispatcher.lock()) {
-      events->post([weak = weak_from_this(), at = step, new_outage] {
-        if (auto self = weak.lock()) self->supervise(at, new_outage);
+      events->post([weak = weak_from_this(), at = step, new_outage, at_once] {
+        if (auto self = weak.lock()) self->supervise(at, new_outage, at_once);
       });
     }
   }
@@ -132,17 +135,57 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     });
   }
 
-  // Once the QP is closed, its address and number may be a newer QP's: what
-  // names them is not this connection's news.
-  bool qp_open() const {
-    auto open = qp.lock();
-    return open && open->get() != nullptr;
+  // --- The QP: the one the connection runs on, and its listeners ---
+
+  // Under the lock. Once the QP is closed, its address and number may be a
+  // newer QP's: what names them is not this connection's news.
+  bool qp_open() const { return qp && qp->get() != nullptr; }
+  std::shared_ptr<QueuePair> current_qp() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return qp;
   }
 
-  void hear(const Event& event) {
-    if (!qp_open()) return;
+  // The listeners of `connection`'s events (its QP's, by address and by
+  // number; its port's; its device's), made without the lock, for wiring
+  // `generation`: what they hear counts while that wiring is the current.
+  std::vector<Handle> wire(const std::shared_ptr<QueuePair>& connection, std::uint8_t on_port,
+                           std::uint64_t generation) {
+    const Handler listener = [weak = weak_from_this(), generation](const Event& event) {
+      if (auto self = weak.lock()) self->hear(event, generation);
+    };
+    const EventFilter qp_causes{IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR,
+                                IBV_EVENT_PATH_MIG_ERR};
+    ibv_qp* raw = connection->get();
+    const std::shared_ptr<Device>& device = connection->device();
+    Registry& events = device->registry();
+    std::vector<Handle> heard;
+    heard.push_back(events.attach(raw, qp_causes, listener));
+    heard.push_back(events.attach(raw->context, ObjectNumber{ElementKind::kQp, raw->qp_num},
+                                  qp_causes, listener));
+    EventFilter device_causes{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_DEVICE_FATAL};
+    heard.push_back(device->on_event(device_causes.on_port(on_port), listener));
+    return heard;
+  }
+
+  // Under the lock: `connection` is the one from now on, with `heard` its
+  // listeners (of wiring `generation`); the old ones are returned, to be
+  // released after the lock.
+  std::vector<Handle> run_on(std::shared_ptr<QueuePair> connection, std::uint8_t on_port,
+                             bool signals_all, std::uint64_t generation,
+                             std::vector<Handle> heard) {
+    qp = std::move(connection);
+    qp_num.store(qp->qp_num(), std::memory_order_relaxed);
+    port = on_port;
+    signal_all = signals_all;
+    device_gone = false;
+    wiring = generation;
+    std::swap(heard, listeners);
+    return heard;
+  }
+
+  void hear(const Event& event, std::uint64_t generation) {
     if (event.code() == IBV_EVENT_PORT_ACTIVE) {
-      port_came_back();
+      port_came_back(generation);
       return;
     }
     auto cause = HealthCause::of_event(event.code());
@@ -150,10 +193,13 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     std::optional<Failure> failed;
     {
       std::lock_guard<std::mutex> lock(mutex);
+      if (generation != wiring || !qp_open()) return;
+      const bool fatal = event.code() == IBV_EVENT_DEVICE_FATAL;
+      if (fatal) device_gone = true;
       if (auto change = health.cause(std::move(*cause))) changed(std::move(*change));
-      // A QP is reset in place on its own device only: whatever the state,
+      // In place, a QP is reset on its own device only: whatever the state,
       // there is nothing left to attempt.
-      if (event.code() == IBV_EVENT_DEVICE_FATAL && reconnecter && !stopped &&
+      if (fatal && reconnecter && mode == Mode::kResetInPlace && !stopped &&
           health.state() != ConnectionState::kFailed) {
         failed = fail_for_good("IBV_EVENT_DEVICE_FATAL: the device is gone, and a QP is reset "
                                "in place on its own device only");
@@ -179,11 +225,11 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // one is out; one out for `misses` intervals is a cause. Timed from its
   // post, not by ticks counted: a busy loop runs late ticks once.
   void tick() {
-    if (!qp_open()) return;
     const auto now = std::chrono::steady_clock::now();
+    std::shared_ptr<QueuePair> connection;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (stopped || health.state() != ConnectionState::kUp) return;
+      if (stopped || health.state() != ConnectionState::kUp || !qp_open()) return;
       if (probe) {
         // Half an interval early still counts: ticks come a little late
         // or a little early, the probe was sent at one.
@@ -198,22 +244,23 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
         }
         return;  // down: no probe until up() again
       }
+      connection = qp;
     }
-    send_probe(now);
+    send_probe(now, connection);
   }
 
   // A zero-length RDMA write, signaled; its completion is taken (answered).
   // What fails is reported; nothing is out then, and the next tick tries
   // again.
-  void send_probe(std::chrono::steady_clock::time_point now) {
+  void send_probe(std::chrono::steady_clock::time_point now,
+                  const std::shared_ptr<QueuePair>& connection) {
     Probe next;
     next.sent = now;
-    auto connection = qp.lock();
-    Dispatcher* cq_events = connection ? connection->send_cq()->served_by() : nullptr;
-    if (cq_events == nullptr || connection->get() == nullptr) return;
+    Dispatcher* cq_events = connection->send_cq()->served_by();
+    if (cq_events == nullptr) return;
     try {
       next.taken = cq_events->take_completion(
-          connection->send_cq()->get(), qp_num, next.wr_id(),
+          connection->send_cq()->get(), connection->qp_num(), next.wr_id(),
           [weak = weak_from_this(), wr_id = next.wr_id()](const ibv_wc& wc) {
             if (auto self = weak.lock()) self->answered(wr_id, wc);
           });
@@ -228,8 +275,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     }
     std::lock_guard<std::mutex> lock(mutex);
     ++stats.sent;
-    if (!stopped && !probe) probe = std::move(next);
-  }  // a probe not kept (stopped meanwhile): its handle goes, the post is flushed or lost with the QP
+    if (!stopped && !probe && qp == connection) probe = std::move(next);
+  }  // a probe not kept (stopped or replaced meanwhile): its handle goes, the post is flushed or lost with the QP
 
   // The probe's completion (on the CQ's thread). A late one, of a probe
   // given up on, was only taken.
@@ -309,7 +356,6 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
 
   const std::weak_ptr<Dispatcher> dispatcher;
   const std::shared_ptr<Registry> registry;
-  const std::weak_ptr<QueuePair> qp;  // the ConnectionHealth holds it
   const OwningProcess process;
   // --- Deadlines: what post_send() posted, until its completion ---
 
@@ -342,9 +388,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // Every quarter deadline, on the Dispatcher's thread: while up, the
   // oldest signaled request outstanding past its deadline is a cause.
   void check_deadline() {
-    if (!qp_open()) return;
     std::lock_guard<std::mutex> lock(mutex);
-    if (stopped || health.state() != ConnectionState::kUp) return;
+    if (stopped || health.state() != ConnectionState::kUp || !qp_open()) return;
     const auto oldest = std::find_if(posted.begin(), posted.end(),
                                      [](const Posted& p) { return p.signaled; });
     if (oldest == posted.end()) return;
@@ -370,15 +415,24 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
 
   // The state went down (a new outage, or an attempt that failed): give up,
   // or wait for the next attempt; while the port is down, PORT_ACTIVE
-  // starts that wait.
-  void supervise(std::uint64_t at, bool new_outage) {
+  // starts that wait. A connection made by its recovery attempts `at_once`.
+  void supervise(std::uint64_t at, bool new_outage, bool at_once) {
     // Asked here rather than remembered: on the Dispatcher's thread, as
     // PORT_ACTIVE is heard, so an activation after this finds `pending`.
-    // A port that cannot be asked is taken as up: the attempt will say.
+    // A port that cannot be asked is taken as up: the attempt will say. A
+    // QP on a device that is gone has no port to wait for (a QP replacing
+    // it may be on another device); nor has a connection with no QP yet.
     bool port_active = true;
-    if (auto connection = qp.lock()) {
+    std::shared_ptr<QueuePair> connection;
+    std::uint8_t on_port = 1;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!device_gone) connection = qp;
+      on_port = port;
+    }
+    if (connection) {
       try {
-        port_active = connection->device()->query_port(port).state == IBV_PORT_ACTIVE;
+        port_active = connection->device()->query_port(on_port).state == IBV_PORT_ACTIVE;
       } catch (const std::exception&) {
       }
     }
@@ -395,8 +449,12 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
         failed = fail_for_good(decision.why);
       } else if (!port_active) {
         pending = decision.delay;
+        // A QP to be replaced may be replaced on another port or device:
+        // attempts go on, at the backoff's longest, PORT_ACTIVE bringing
+        // the next forward.
+        if (mode == Mode::kReconnect) wait = schedule->policy().max_delay;
       } else {
-        wait = decision.delay;
+        wait = at_once ? std::chrono::milliseconds(0) : *decision.delay;
       }
       if (new_outage && !failed) outage_at = ++outage;
     }
@@ -410,11 +468,12 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     if (wait) arm_attempt(*wait, at);
   }
 
-  void port_came_back() {
+  void port_came_back(std::uint64_t generation) {
     std::optional<std::chrono::milliseconds> wait;
     std::uint64_t at;
     {
       std::lock_guard<std::mutex> lock(mutex);
+      if (generation != wiring) return;
       std::swap(wait, pending);
       at = step;
     }
@@ -444,11 +503,13 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     failure.kind = Failure::Kind::kConnectionFailed;
     failure.verb = "ConnectionHealth recovery";
     failure.error = std::make_error_code(std::errc::connection_aborted);
-    if (auto connection = qp.lock()) {
-      failure.device = connection->device()->context();
-      failure.object = connection->get();
+    if (qp) {
+      failure.device = qp->device()->context();
+      failure.object = qp->get();
+      failure.what = "QP " + std::to_string(qp->qp_num()) + ": " + why;
+    } else {
+      failure.what = "no QP yet: " + why;
     }
-    failure.what = "QP " + std::to_string(qp_num) + ": " + why;
     return failure;
   }
 
@@ -484,13 +545,18 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
 
   // The wait is over: drain the QP, so that everything posted before has
   // completed and the CQ's handler has had it. A QP in RESET (an attempt
-  // before this one reset it and failed) holds nothing to drain.
+  // before this one reset it and failed) holds nothing to drain; nor does
+  // none, and a QP to be replaced on a device that is gone cannot drain
+  // (nothing posted on it was delivered).
   void attempt(std::uint64_t at) {
+    std::shared_ptr<QueuePair> connection;
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (!current(at) || health.state() != ConnectionState::kDown) return;
+      connection = qp;
+      if (mode == Mode::kReconnect && (!qp_open() || device_gone)) connection.reset();
     }
-    auto connection = qp.lock();
+    if (mode == Mode::kReconnect && !connection) return drained(at, {});
     try {
       if (!connection || connection->get() == nullptr) throw std::system_error(
           ENODEV, std::generic_category(), "the QP is closed");
@@ -509,22 +575,28 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     }
   }
 
-  // Drained: reset with a fresh PSN, then recovering, then the application.
+  // Drained: reset with a fresh PSN (in place), then recovering, then the
+  // application. A QP to be replaced whose drain failed is replaced all the
+  // same: what it held is undelivered.
   void drained(std::uint64_t at, std::error_code error) {
-    if (error) return attempt_failed(at, "drain: " + error.message(), error.value());
+    if (error && mode == Mode::kResetInPlace) {
+      return attempt_failed(at, "drain: " + error.message(), error.value());
+    }
     auto made = std::make_shared<Attempt>();
-    made->qp = qp.lock();
+    made->qp = current_qp();
     if (!still(at)) {
       made->settled = true;  // closed, or moved on meanwhile: the QP is not ours to reset
       return;
     }
-    try {
-      if (!made->qp) throw std::system_error(ENODEV, std::generic_category(), "the QP is closed");
-      made->qp->reset();
-      made->local = made->qp->endpoint(connect_options.port, connect_options.gid_index);
-    } catch (const std::exception& e) {
-      made->settled = true;
-      return attempt_failed(at, "reset: " + std::string(e.what()), errno_of(e));
+    if (mode == Mode::kResetInPlace) {
+      try {
+        if (!made->qp) throw std::system_error(ENODEV, std::generic_category(), "the QP is closed");
+        made->qp->reset();
+        made->local = made->qp->endpoint(connect_options.port, connect_options.gid_index);
+      } catch (const std::exception& e) {
+        made->settled = true;
+        return attempt_failed(at, "reset: " + std::string(e.what()), errno_of(e));
+      }
     }
     made->health = weak_from_this();
     std::lock_guard<std::mutex> lock(mutex);
@@ -534,10 +606,11 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     }
     made->number = schedule->attempts() + 1;
     made->cause = health.causes().empty() ? HealthCause{} : health.causes().front();
+    // Listed again by every attempt until one brings the connection up: an
+    // attempt that fails has not delivered them either.
     for (const Posted& p : posted) note_undelivered(p.wr_id);
     posted.clear();
-    made->undelivered = std::move(undelivered);
-    undelivered.clear();
+    made->undelivered = undelivered;
     if (auto change = health.recovering()) changed(std::move(*change));
     made->step = step;
     // Posted after the change, so the handler hears recovering first.
@@ -565,14 +638,55 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     post_supervise(false);
   }
 
-  // RecoveryAttempt::connect succeeded: up, counted in the damping window.
+  // RecoveryAttempt::connect succeeded: up, counted in the damping window
+  // (a connection's first up is not a recovery).
   bool recovered(std::uint64_t at) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (!current(at)) return false;
-      schedule->recovered(Clock::now());
-      if (auto change = health.up()) changed(std::move(*change));
+      up_again();
     }
+    came_up();
+    return true;
+  }
+
+  // Under the lock.
+  void up_again() {
+    if (ever_up) schedule->recovered(Clock::now());
+    if (auto change = health.up()) changed(std::move(*change));
+  }
+
+  // RecoveryAttempt::replace: `next` is the connection's QP, listened to
+  // before it is (so that no event of it is missed; one heard before the
+  // swap is a cause of the attempt), and up.
+  bool replaced(std::uint64_t at, std::shared_ptr<QueuePair> next, std::uint8_t on_port,
+                bool signals_all) {
+    std::uint64_t generation;
+    std::uint64_t before;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!current(at)) return false;
+      before = wiring;
+      generation = wiring = ++wirings;
+    }
+    std::vector<Handle> heard;
+    try {
+      heard = wire(next, on_port, generation);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (wiring == generation) wiring = before;
+      throw;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!current(at)) {
+        if (wiring == generation) wiring = before;  // the old QP's events count again
+        return false;
+      }  // `heard` released after the lock
+      heard = run_on(std::move(next), on_port, signals_all, generation, std::move(heard));
+      up_again();
+    }
+    heard.clear();  // the old QP's listeners, after the lock
     came_up();
     return true;
   }
@@ -581,13 +695,22 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // depth is far below it).
   static constexpr std::size_t kMaxUndelivered = 1 << 16;
 
-  const std::uint32_t qp_num;
   const ConnectionHealth::Options::Keepalive keepalive;
   const std::chrono::milliseconds deadline;
-  const bool signal_all;  // the QP signals every request (sq_sig_all)
+  const Mode mode;
   const ConnectOptions connect_options;
-  const std::uint8_t port;
   std::mutex mutex;
+  // The QP and what is its, under `mutex`; qp_num is read without it too
+  // (completion()'s first test).
+  std::shared_ptr<QueuePair> qp;  // null before a kReconnect's first
+  std::atomic<std::uint32_t> qp_num{0};
+  std::uint8_t port = 1;
+  bool signal_all = false;   // the QP signals every request (sq_sig_all)
+  bool device_gone = false;  // its device raised DEVICE_FATAL
+  std::vector<Handle> listeners;  // its events'
+  std::uint64_t wiring = 0;       // which listeners' events count
+  std::uint64_t wirings = 0;      // made so far
+  bool ever_up = false;           // a first up is no recovery
   HealthState health;
   const std::shared_ptr<HealthSubscriber> subscriber;
   std::shared_ptr<ReconnectSubscriber> reconnecter;  // null: no recovery
@@ -598,7 +721,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // The deadlines' and the recovery's, under `mutex`.
   std::atomic<bool> tracking{false};  // post_send() was used: completions are looked at
   std::deque<Posted> posted;
-  std::vector<std::uint64_t> undelivered;  // since the last attempt
+  std::vector<std::uint64_t> undelivered;  // since the connection was last up
   std::optional<RecoverySchedule> schedule;
   std::uint64_t step = 0;    // every change and every step moves it
   std::uint64_t outage = 0;  // every outage begun moves it
@@ -621,59 +744,104 @@ void Attempt::settle(const char* verb) {
   }
 }
 
+std::system_error cancelled(const char* verb) {
+  return std::system_error(ECANCELED, std::generic_category(),
+                           std::string(verb) + ": the recovery ended (failed or closed)");
+}
+
+std::shared_ptr<HealthShared> Attempt::begin(const char* verb) {
+  settle(verb);
+  auto shared = health.lock();
+  if (!shared || !shared->still(step)) throw cancelled(verb);
+  return shared;
+}
+
 }  // namespace detail
 
-std::shared_ptr<ConnectionHealth> ConnectionHealth::create(std::shared_ptr<QueuePair> qp,
-                                                           HealthHandler on_change,
-                                                           Options options) {
-  const std::string verb = "ConnectionHealth::create";
+namespace {
+
+// What a connection's QP is, once found fit: its port and its signaling.
+struct QpFacts {
+  std::uint8_t port;
+  bool signal_all;
+};
+
+// Throws std::invalid_argument naming `verb` for a QP the connection cannot
+// run on (`port`: the one given, or unset for the QP's own).
+QpFacts check_qp(const std::string& verb, const std::shared_ptr<QueuePair>& qp,
+                 std::optional<std::uint8_t> port, const Dispatcher& dispatcher,
+                 bool keepalive, bool recovery) {
   if (qp == nullptr) throw std::invalid_argument(verb + ": the QP is null");
-  if (!on_change) throw std::invalid_argument(verb + ": the handler is empty");
   ibv_qp* raw = qp->get();
   if (raw == nullptr) throw std::invalid_argument(verb + ": the QP is closed");
   if (raw->qp_type != IBV_QPT_RC) {
     throw std::invalid_argument(verb + ": a connection is an RC QP");
   }
   const std::shared_ptr<Device>& device = qp->device();
+  if (&device->dispatcher() != &dispatcher) {
+    throw std::invalid_argument(verb + ": the QP is served by another Dispatcher");
+  }
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
   if (const int rc = ibv_query_qp(raw, &attr, IBV_QP_STATE | IBV_QP_PORT, &init); rc != 0) {
     throw_system_error("ibv_query_qp", rc);
   }
-  if (!options.port) {
-    options.port = attr.qp_state != IBV_QPS_RESET && attr.port_num != 0 ? attr.port_num : 1;
+  if (!port) port = attr.qp_state != IBV_QPS_RESET && attr.port_num != 0 ? attr.port_num : 1;
+  if (*port < 1 || *port > device->port_count()) {
+    throw std::invalid_argument(verb + ": port " + std::to_string(*port) + " is not a port of " +
+                                device->name());
   }
-  if (*options.port < 1 || *options.port > device->port_count()) {
-    throw std::invalid_argument(verb + ": port " + std::to_string(*options.port) +
-                                " is not a port of " + device->name());
-  }
-  const auto& keepalive = options.keepalive;
-  if (keepalive.interval.count() < 0 || (keepalive.interval.count() > 0 && keepalive.misses == 0)) {
-    throw std::invalid_argument(verb + ": a keepalive needs an interval of 0 (none) or more, " +
-                                "and at least one miss");
-  }
-  if (keepalive.interval.count() > 0 && qp->send_cq()->served_by() == nullptr) {
+  if (keepalive && qp->send_cq()->served_by() == nullptr) {
     throw std::invalid_argument(verb + ": the keepalive's completions are taken from the send " +
                                 "CQ, which no Dispatcher serves (kPolled)");
   }
-  if (options.deadline.count() < 0) {
-    throw std::invalid_argument(verb + ": a deadline of 0 (none) or more");
+  if (recovery &&
+      (qp->send_cq()->served_by() == nullptr || qp->recv_cq()->served_by() == nullptr)) {
+    throw std::invalid_argument(verb + ": recovery drains the QP through its Dispatcher, " +
+                                "and a CQ of it is kPolled");
   }
-  if (options.recovery.reconnect) {
-    try {
-      options.recovery.policy.validate();
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(verb + ": " + e.what());
-    }
-    if (qp->send_cq()->served_by() == nullptr || qp->recv_cq()->served_by() == nullptr) {
-      throw std::invalid_argument(verb + ": recovery drains the QP through its Dispatcher, " +
-                                  "and a CQ of it is kPolled");
-    }
+  return QpFacts{*port, init.sq_sig_all != 0};
+}
+
+}  // namespace
+
+std::shared_ptr<ConnectionHealth> ConnectionHealth::create(std::shared_ptr<QueuePair> qp,
+                                                           HealthHandler on_change,
+                                                           Options options) {
+  // The rest of the QP is check_qp's, in make().
+  if (qp == nullptr) throw std::invalid_argument("ConnectionHealth::create: the QP is null");
+  Dispatcher& dispatcher = qp->device()->dispatcher();
+  return make(dispatcher, std::move(qp), std::move(on_change), std::move(options));
+}
+
+std::shared_ptr<ConnectionHealth> ConnectionHealth::create(Dispatcher& dispatcher,
+                                                           HealthHandler on_change,
+                                                           Options options) {
+  const std::string verb = "ConnectionHealth::create";
+  if (!options.recovery.reconnect || options.recovery.mode != Options::Recovery::Mode::kReconnect ||
+      options.initial != ConnectionState::kDown) {
+    throw std::invalid_argument(verb + ": a connection without a QP is made by its recovery: " +
+                                "Mode::kReconnect, a reconnect callback, initial kDown");
   }
-  auto shared = std::make_shared<detail::HealthShared>(device->dispatcher(), qp,
-                                                       std::move(on_change), options,
-                                                       init.sq_sig_all != 0);
-  auto health = std::make_shared<ConnectionHealth>(Token{}, qp, shared);
+  return make(dispatcher, nullptr, std::move(on_change), std::move(options));
+}
+
+std::shared_ptr<ConnectionHealth> ConnectionHealth::make(Dispatcher& dispatcher,
+                                                         std::shared_ptr<QueuePair> qp,
+                                                         HealthHandler on_change,
+                                                         Options options) {
+  const std::string verb = "ConnectionHealth::create";
+  if (!on_change) throw std::invalid_argument(verb + ": the handler is empty");
+  validate(verb, options);
+  const auto& keepalive = options.keepalive;
+  const bool recovery = static_cast<bool>(options.recovery.reconnect);
+  std::optional<QpFacts> facts;
+  if (qp) {
+    facts = check_qp(verb, qp, options.port, dispatcher, keepalive.interval.count() > 0,
+                             recovery);
+  }
+  auto shared = std::make_shared<detail::HealthShared>(dispatcher, std::move(on_change), options);
+  auto health = std::make_shared<ConnectionHealth>(Token{}, shared);
   // Released last of these: a reconnect call running is waited for after
   // nothing else can start one.
   if (shared->reconnecter) {
@@ -682,39 +850,50 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::create(std::shared_ptr<Queue
           return !process.inherited();
         }));
   }
-
-  // The listeners hold the state weakly: it goes with the ConnectionHealth.
-  const Handler hear = [weak = std::weak_ptr<detail::HealthShared>(shared)](const Event& event) {
-    if (auto state = weak.lock()) state->hear(event);
-  };
-  const EventFilter qp_causes{IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR,
-                              IBV_EVENT_PATH_MIG_ERR};
-  Registry& registry = device->registry();
-  health->heard_.push_back(registry.attach(raw, qp_causes, hear));
-  health->heard_.push_back(registry.attach(
-      raw->context, ObjectNumber{ElementKind::kQp, raw->qp_num}, qp_causes, hear));
-  EventFilter device_causes{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_DEVICE_FATAL};
-  health->heard_.push_back(device->on_event(device_causes.on_port(*options.port), hear));
+  if (qp) {
+    // The listeners hold the state weakly: it goes with the ConnectionHealth.
+    auto heard = shared->wire(qp, facts->port, 0);
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    shared->run_on(std::move(qp), facts->port, facts->signal_all, 0, std::move(heard));
+  }
   if (keepalive.interval.count() > 0) {
-    health->heard_.push_back(device->dispatcher().call_every(
+    health->heard_.push_back(dispatcher.call_every(
         keepalive.interval, [weak = std::weak_ptr<detail::HealthShared>(shared)] {
           if (auto state = weak.lock()) state->tick();
         }));
   }
   if (options.deadline.count() > 0) {
-    health->heard_.push_back(device->dispatcher().call_every(
+    health->heard_.push_back(dispatcher.call_every(
         std::max(options.deadline / 4, std::chrono::milliseconds(1)),
         [weak = std::weak_ptr<detail::HealthShared>(shared)] {
           if (auto state = weak.lock()) state->check_deadline();
         }));
   }
+  if (!shared->qp) {
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    shared->post_supervise(true, true);  // the first attempt, at once
+  }
   return health;
 }
 
-ConnectionHealth::ConnectionHealth(Token, std::shared_ptr<QueuePair> qp,
-                                   std::shared_ptr<detail::HealthShared> shared)
-    : qp_(std::move(qp)),
-      shared_(std::move(shared)),
+void ConnectionHealth::validate(const std::string& verb, const Options& options) {
+  const auto& keepalive = options.keepalive;
+  if (keepalive.interval.count() < 0 || (keepalive.interval.count() > 0 && keepalive.misses == 0)) {
+    throw std::invalid_argument(verb + ": a keepalive needs an interval of 0 (none) or more, " +
+                                "and at least one miss");
+  }
+  if (options.deadline.count() < 0) {
+    throw std::invalid_argument(verb + ": a deadline of 0 (none) or more");
+  }
+  try {
+    options.recovery.policy.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(verb + ": " + e.what());
+  }
+}
+
+ConnectionHealth::ConnectionHealth(Token, std::shared_ptr<detail::HealthShared> shared)
+    : shared_(std::move(shared)),
       told_(detail::subscription(shared_->subscriber,
                                  [process = detail::OwningProcess{}](const auto*) {
                                    return !process.inherited();  // no list: nothing to unlink
@@ -733,10 +912,11 @@ std::vector<HealthCause> ConnectionHealth::causes() const {
 }
 
 void ConnectionHealth::completion(const ibv_wc& wc) {
-  if (wc.qp_num != shared_->qp_num || !shared_->qp_open()) return;
+  if (wc.qp_num != shared_->qp_num.load(std::memory_order_relaxed)) return;
   auto cause = HealthCause::of_completion(wc);
   if (!cause && !shared_->tracking.load(std::memory_order_relaxed)) return;
   shared_->apply([&](HealthState& health) -> std::optional<HealthChange> {
+    if (wc.qp_num != shared_->qp_num || !shared_->qp_open()) return std::nullopt;
     shared_->retire(wc);
     if (!cause) return std::nullopt;
     return health.cause(std::move(*cause));
@@ -754,7 +934,13 @@ void ConnectionHealth::post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
     shared_->posted.push_back({next->wr_id, signaled, now});
   }
   try {
-    qp_->post_send(wr, &bad);
+    // With recovery, what is posted while not up would reach no attempt's
+    // undelivered(): it is refused (posted: nothing; bad_wr: the first).
+    if (!shared_->qp || (shared_->reconnecter && shared_->health.state() != ConnectionState::kUp)) {
+      throw std::system_error(ENOTCONN, std::generic_category(),
+                              "ConnectionHealth::post_send: the connection is not up");
+    }
+    shared_->qp->post_send(wr, &bad);
   } catch (...) {
     // The requests from `bad` on were not posted (all of them when the
     // verb was not reached: a closed QP).
@@ -784,6 +970,8 @@ void ConnectionHealth::up() {
   });
   if (came_up) shared_->came_up();
 }
+
+std::shared_ptr<QueuePair> ConnectionHealth::queue_pair() const { return shared_->current_qp(); }
 
 KeepaliveStats ConnectionHealth::keepalive_stats() const {
   std::lock_guard<std::mutex> lock(shared_->mutex);
@@ -821,8 +1009,14 @@ void ConnectionHealth::close() noexcept {
     return;
   }
   // Stopped first, so no step starts (no reset of a QP that is no longer
-  // the health's) while the listeners and timers are let go.
+  // the health's, no QP replaced) while the listeners and timers are let go.
   shared_->stop();
+  std::vector<Handle> listeners;  // the QP's events', the last a replace made included
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    listeners.swap(shared_->listeners);
+  }
+  for (Handle& handle : listeners) handle.release();
   for (auto it = heard.rbegin(); it != heard.rend(); ++it) it->release();
   told.release();
 }
@@ -833,25 +1027,47 @@ const std::vector<std::uint64_t>& RecoveryAttempt::undelivered() const noexcept 
   return attempt_->undelivered;
 }
 const RcEndpoint& RecoveryAttempt::local() const noexcept { return attempt_->local; }
-QueuePair& RecoveryAttempt::queue_pair() const noexcept { return *attempt_->qp; }
+const std::shared_ptr<QueuePair>& RecoveryAttempt::queue_pair() const noexcept {
+  return attempt_->qp;
+}
 
 void RecoveryAttempt::connect(const RcEndpoint& remote) const {
   constexpr const char* verb = "RecoveryAttempt::connect";
   detail::Attempt& attempt = *attempt_;
-  attempt.settle(verb);
-  auto shared = attempt.health.lock();
-  const auto cancelled = [verb] {
-    return std::system_error(ECANCELED, std::generic_category(),
-                             std::string(verb) + ": the recovery ended (failed or closed)");
-  };
-  if (!shared || !shared->still(attempt.step)) throw cancelled();
+  auto shared = attempt.begin(verb);
   try {
+    if (shared->mode != detail::Mode::kResetInPlace) {
+      throw std::invalid_argument(std::string(verb) +
+                                  ": Mode::kReconnect replaces the QP (RecoveryAttempt::replace)");
+    }
     attempt.qp->connect(remote, shared->connect_options);
   } catch (const std::exception& e) {
     shared->attempt_failed(attempt.step, "connect: " + std::string(e.what()), errno_of(e));
     throw;
   }
-  if (!shared->recovered(attempt.step)) throw cancelled();
+  if (!shared->recovered(attempt.step)) throw detail::cancelled(verb);
+}
+
+void RecoveryAttempt::replace(std::shared_ptr<QueuePair> qp) const {
+  constexpr const char* verb = "RecoveryAttempt::replace";
+  detail::Attempt& attempt = *attempt_;
+  auto shared = attempt.begin(verb);
+  try {
+    if (shared->mode != detail::Mode::kReconnect) {
+      throw std::invalid_argument(std::string(verb) +
+                                  ": Mode::kResetInPlace keeps the QP (RecoveryAttempt::connect)");
+    }
+    auto events = shared->dispatcher.lock();
+    if (!events) throw detail::cancelled(verb);
+    const QpFacts facts = check_qp(verb, qp, std::nullopt, *events,
+                                   shared->keepalive.interval.count() > 0, true);
+    if (!shared->replaced(attempt.step, std::move(qp), facts.port, facts.signal_all)) {
+      throw detail::cancelled(verb);
+    }
+  } catch (const std::exception& e) {
+    shared->attempt_failed(attempt.step, "replace: " + std::string(e.what()), errno_of(e));
+    throw;
+  }
 }
 
 void RecoveryAttempt::fail(const std::string& why) const {

@@ -57,9 +57,17 @@
 // recovering) is followed by the next, farther apart; an outage that lasts
 // give_up_after, or a down after max_recoveries recoveries within the
 // damping window, fails the connection for good, with one Failure
-// (kConnectionFailed) saying why. A DEVICE_FATAL fails it at once: a QP is
-// not reset in place on a device that is gone (reconnecting on another is
-// the CM's, and not here yet). Requests posted through post_send() that
+// (kConnectionFailed) saying why. In place, a DEVICE_FATAL fails it at
+// once: a QP is not reset on a device that is gone. With Mode::kReconnect
+// the QP is replaced instead of reset: the attempt (drained first, unless
+// the device is gone or the drain cannot be made: then nothing posted was
+// delivered) hands the old QP over, and the application (or
+// cm/cm_session.h) brings a new one, on whatever device now reaches
+// the peer, with attempt.replace(); a DEVICE_FATAL is then one more cause,
+// and while the old QP's port is down, attempts go on every max_delay
+// (PORT_ACTIVE bringing the next forward), for the peer may be reached
+// another way.
+// Requests posted through post_send() that
 // were not delivered (their own completion an error or a flush, or none by
 // the end of the drain) are listed in the attempt, in posting order, to be
 // sent again by the application if it wants them: ibev resends nothing.
@@ -76,8 +84,8 @@
 // Lifetime: close() (or destruction) stops the handler with the wait rule of
 // core/handle.h (waiting for a running call unless it is that call's own
 // thread), and the reconnect callback likewise; after it nothing is heard or
-// told, and an attempt still held connects nothing (ECANCELED). Holds the QP; the Dispatcher
-// must outlive it, as every ibev object's.
+// told, and an attempt still held connects nothing (ECANCELED). Holds the
+// QP (the latest); the Dispatcher must outlive it, as every ibev object's.
 #ifndef IBEV_VERBS_CONNECTION_HEALTH_H_
 #define IBEV_VERBS_CONNECTION_HEALTH_H_
 
@@ -108,11 +116,13 @@ struct Attempt;
 
 using HealthHandler = std::function<void(const HealthChange& change)>;
 
-// One attempt to bring a connection back in place (ConnectionHealth's
-// recovery): its QP drained and in RESET with a fresh PSN, waiting for the
-// application to connect it to its peer again. Copies share the attempt;
-// when the last goes with neither connect() nor fail() called, the attempt
-// failed ("abandoned"), and the next is scheduled. Any thread.
+// One attempt to bring a connection back (ConnectionHealth's recovery): in
+// place, its QP drained and in RESET with a fresh PSN, waiting for the
+// application to connect it to its peer again (connect()); with
+// Mode::kReconnect, the old QP drained, waiting for a new one (replace()).
+// Copies share the attempt; when the last goes with none of connect(),
+// replace() or fail() called, the attempt failed ("abandoned"), and the next
+// is scheduled. Any thread.
 class RecoveryAttempt {
  public:
   explicit RecoveryAttempt(std::shared_ptr<detail::Attempt> attempt) noexcept
@@ -123,13 +133,18 @@ class RecoveryAttempt {
   // What the outage began with.
   const HealthCause& cause() const noexcept;
   // The wr_ids posted through ConnectionHealth::post_send() and not
-  // delivered, in posting order: theirs to send again, or not.
+  // delivered since the connection was last up (an earlier attempt of the
+  // outage that failed listed them too), in posting order: theirs to send
+  // again, or not, once this attempt is up.
   const std::vector<std::uint64_t>& undelivered() const noexcept;
   // This QP as its peer must now see it (Recovery::connect's port and GID
-  // index, the new PSN): what the application tells the peer.
+  // index, the new PSN): what the application tells the peer. In place
+  // only (empty with Mode::kReconnect).
   const RcEndpoint& local() const noexcept;
-  // The QP, in RESET: to_init() and post_recv() go here before connect().
-  QueuePair& queue_pair() const noexcept;
+  // In place: the QP, in RESET: to_init() and post_recv() go here before
+  // connect(). With Mode::kReconnect: the QP being replaced, drained (null
+  // for a connection's first attempt): the application lets it go.
+  const std::shared_ptr<QueuePair>& queue_pair() const noexcept;
 
   // RESET or INIT -> RTS against `remote` with Recovery::connect: the
   // connection is up. Throws what QueuePair::connect throws (the attempt
@@ -140,6 +155,14 @@ class RecoveryAttempt {
   // The attempt failed, `why` (the peer did not answer, say): the next is
   // scheduled. Throws std::system_error EALREADY as connect() does.
   void fail(const std::string& why) const;
+  // Mode::kReconnect: the connection is up again on `qp`, a new RC QP in
+  // RTS and connected (through the CM, say), on the same Dispatcher; from
+  // now on its events, port and completions are the connection's, and the
+  // QP before it is not (the health lets go of it). Throws
+  // std::invalid_argument (in place; a null, closed or non-RC QP, or one
+  // the keepalive or recovery cannot use, as create() says), then
+  // ECANCELED or EALREADY as connect() does; any throw fails the attempt.
+  void replace(std::shared_ptr<QueuePair> qp) const;
 
  private:
   std::shared_ptr<detail::Attempt> attempt_;
@@ -155,7 +178,8 @@ class ConnectionHealth {
  public:
   struct Options {
     // The port whose PORT_ERR is a cause. Unset: the QP's own (past RESET;
-    // port 1 for a QP still in RESET).
+    // port 1 for a QP still in RESET). A QP a recovery brings in
+    // (replace()) is heard on its own port.
     std::optional<std::uint8_t> port;
     // kDown for a connection not yet made, to be brought up by up().
     ConnectionState initial = ConnectionState::kUp;
@@ -168,8 +192,16 @@ class ConnectionHealth {
     // this long is a cause. 0: none.
     std::chrono::milliseconds deadline{0};
     struct Recovery {
+      // kResetInPlace: an attempt resets the QP and the application
+      // connects it again (RecoveryAttempt::connect). kReconnect: the QP
+      // is not kept (its peer is gone, its device removed): an attempt
+      // brings a new one, connected (RecoveryAttempt::replace), as a
+      // connection through the CM does (cm/cm_session.h).
+      enum class Mode { kResetInPlace, kReconnect };
+      Mode mode = Mode::kResetInPlace;
       RecoveryPolicy policy;
-      // What an attempt connects with; its port and GID index make local().
+      // What an attempt connects with in place; its port and GID index
+      // make local().
       ConnectOptions connect;
       // Called once per attempt, on the handler's thread (or Executor),
       // after the handler has heard the change to recovering. Empty: no
@@ -190,6 +222,16 @@ class ConnectionHealth {
                                                   HealthHandler on_change) {
     return create(std::move(qp), std::move(on_change), Options{});
   }
+  // A connection not made yet, made by its recovery (Mode::kReconnect, with
+  // a reconnect callback; initial kDown): the first attempt starts at once
+  // and brings the first QP (RecoveryAttempt::replace), with the backoff,
+  // damping and give_up_after of any outage. Throws as above, and
+  // std::invalid_argument without that recovery or with an initial kUp.
+  static std::shared_ptr<ConnectionHealth> create(Dispatcher& dispatcher, HealthHandler on_change,
+                                                  Options options);
+  // What create() refuses of `options` whatever the QP (a keepalive, a
+  // deadline, a recovery policy): std::invalid_argument naming `verb`.
+  static void validate(const std::string& verb, const Options& options);
   ~ConnectionHealth();
   ConnectionHealth(const ConnectionHealth&) = delete;
   ConnectionHealth& operator=(const ConnectionHealth&) = delete;
@@ -199,14 +241,18 @@ class ConnectionHealth {
   // (HealthState::kMaxCauses of them at most).
   std::vector<HealthCause> causes() const;
   KeepaliveStats keepalive_stats() const;
-  const std::shared_ptr<QueuePair>& queue_pair() const noexcept { return qp_; }
+  // The QP the connection runs on (with Mode::kReconnect, the latest an
+  // attempt brought; null before the first).
+  std::shared_ptr<QueuePair> queue_pair() const;
 
   // A completion polled from one of the QP's CQs (for another QP: ignored).
   // With deadlines or recovery, give it every one, flushes too.
   void completion(const ibv_wc& wc);
   // QueuePair::post_send, each request tracked for its deadline and, if it
   // is not delivered, for a recovery attempt's undelivered(). Throws what
-  // post_send throws (the requests from `bad_wr` on are not tracked).
+  // post_send throws (the requests from `bad_wr` on are not tracked), and
+  // std::system_error ENOTCONN with recovery while the connection is not
+  // up (nothing posted: send it once up) or with no QP yet.
   void post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr = nullptr);
   void cause(HealthCause cause);
   void recovering();
@@ -219,14 +265,16 @@ class ConnectionHealth {
   struct Token {};
 
  public:
-  ConnectionHealth(Token, std::shared_ptr<QueuePair> qp,
-                   std::shared_ptr<detail::HealthShared> shared);
+  explicit ConnectionHealth(Token, std::shared_ptr<detail::HealthShared> shared);
 
  private:
-  const std::shared_ptr<QueuePair> qp_;
-  const std::shared_ptr<detail::HealthShared> shared_;
+  static std::shared_ptr<ConnectionHealth> make(Dispatcher& dispatcher,
+                                                std::shared_ptr<QueuePair> qp,
+                                                HealthHandler on_change, Options options);
+
+  const std::shared_ptr<detail::HealthShared> shared_;  // holds the QP
   std::mutex close_mutex_;     // around taking the handles below
-  std::vector<Handle> heard_;  // the QP's, port's and device's events; the keepalive's timer
+  std::vector<Handle> heard_;  // the reconnect callback; the keepalive's and deadlines' timers
   Handle told_;                // the application's handler
 };
 

@@ -865,4 +865,85 @@ BOOST_AUTO_TEST_CASE(an_attempt_is_settled_once_and_not_after_close) {
   BOOST_TEST(link.health->state() == S::kRecovering);  // closed: nothing moves it
 }
 
+// Mode::kReconnect without the CM: an attempt hands the drained QP over (not
+// reset: no local endpoint), and the application brings a new one connected
+// to the peer. From then on the health runs on it: the old QP's events are
+// not the connection's news, the new one's are, and post_send posts on it.
+// A connect() or a null QP is refused, each a failed attempt, then the next;
+// what the old QP did not deliver is listed by each attempt of the outage.
+BOOST_AUTO_TEST_CASE(a_replaced_qp_is_the_connection_s_from_then_on) {
+  Env env{test_device()};
+  Changes changes;
+  Attempts attempts;
+  Forwarding link(env);
+  QueuePairOptions qp_options;
+  qp_options.send_cq = link.pair.cq;
+  qp_options.recv_cq = link.pair.cq;
+  const std::shared_ptr<QueuePair> next = QueuePair::create(env.pd, {}, qp_options);
+  std::mutex mutex;
+  std::vector<std::string> refused;
+  bool handed_old = false;
+  auto options = recovering(attempts, [&](const RecoveryAttempt& attempt) {
+    std::lock_guard<std::mutex> lock(mutex);
+    try {
+      if (attempt.number() == 1) return attempt.connect(link.pair.b->endpoint());
+      if (attempt.number() == 2) return attempt.replace(nullptr);
+    } catch (const std::invalid_argument& e) {
+      refused.push_back(e.what());
+      return;
+    }
+    handed_old = attempt.queue_pair() == link.pair.a && attempt.local().qp_num() == 0;
+    link.pair.b->reset();
+    connect_rc_pair(*next, *link.pair.b);
+    attempt.replace(next);
+  });
+  options.recovery.mode = ConnectionHealth::Options::Recovery::Mode::kReconnect;
+  expect_throw<std::invalid_argument>(
+      [&] { ConnectionHealth::create(env.dispatcher, changes.handler(), options); },
+      "a connection without a QP is made by its recovery");
+  link.watch(ConnectionHealth::create(link.pair.a, changes.handler(), options));
+
+  // Two requests that will not be delivered: posted on a QP in ERR, they
+  // flush. Every attempt of the outage lists them, not only the first.
+  ibv_qp_attr to_error{};
+  to_error.qp_state = IBV_QPS_ERR;
+  link.pair.a->modify(to_error, IBV_QP_STATE, "ibv_modify_qp(ERR)");
+  link.write(5);
+  link.write(6);
+  BOOST_REQUIRE(eventually([&] { return link.came(6, IBV_WC_WR_FLUSH_ERR); }));
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, link.pair.a->get());
+  const std::vector<S> healed{S::kDown, S::kRecovering, S::kDown, S::kRecovering,
+                              S::kDown, S::kRecovering, S::kUp};
+  BOOST_REQUIRE(eventually([&] { return changes.all().size() >= healed.size(); }));
+  settle(env.dispatcher);
+  BOOST_TEST(states(changes.all()) == healed, boost::test_tools::per_element());
+  BOOST_TEST(link.health->queue_pair() == next);
+  {
+    std::lock_guard<std::mutex> lock(attempts.mutex);
+    const std::vector<std::uint64_t> both{5, 6};
+    BOOST_REQUIRE(attempts.undelivered.size() == 3u);
+    for (const auto& listed : attempts.undelivered) {
+      BOOST_TEST(listed == both, boost::test_tools::per_element());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    BOOST_TEST(handed_old);
+    BOOST_REQUIRE(refused.size() == 2u);
+    BOOST_TEST(refused[0].find("Mode::kReconnect replaces the QP") != std::string::npos,
+               refused[0]);
+    BOOST_TEST(refused[1].find("the QP is null") != std::string::npos, refused[1]);
+  }
+
+  link.write(7);  // through the health: on the new QP
+  BOOST_REQUIRE(eventually([&] { return link.came(7); }));
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, link.pair.a->get());
+  settle(env.dispatcher);
+  BOOST_TEST(changes.all().size() == healed.size());  // the old QP's: not news
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL, next->get());
+  BOOST_REQUIRE(eventually([&] { return changes.all().size() > healed.size(); }));
+  BOOST_TEST(changes.all()[healed.size()].to == S::kDown);
+  link.health->close();
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -16,6 +16,7 @@
 
 #include <ibev/cm/cm_event_type.h>
 #include <ibev/cm/cm_id.h>
+#include <ibev/cm/cm_session.h>
 #include <ibev/core/event.h>
 #include <ibev/core/event_filter.h>
 #include <ibev/core/event_type.h>

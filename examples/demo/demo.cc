@@ -4,8 +4,9 @@
 // injected on the same objects, through the same routing. Then the device is
 // deleted while the demo holds it (the delete returns: ibev lets go) and
 // re-added (a device client makes new objects on it and traffic resumes).
-// Last, a connection through the RDMA connection manager on the re-added
-// device: the CM events, each with the id's handler that heard it.
+// Then a connection through the RDMA connection manager on the re-added
+// device: the CM events, each with the id's handler that heard it. Last, a
+// session through the CM that heals by itself when the link flaps.
 //
 //   demo [DEVICE [NETDEV]]     (default: $IBEV_TEST_DEVICE or rxe0, and
 //                               $IBEV_TEST_NETDEV or d0; needs root)
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include <ibev/cm/cm_id.h>
+#include <ibev/cm/cm_session.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
@@ -286,6 +288,140 @@ bool connect_through_the_cm(ibev::Dispatcher& dispatcher, const std::string& dev
   return ok;
 }
 
+// A session through the CM (cm/cm_session.h) that heals by itself: a client
+// session and the acceptor's on one device, a message each way, the netdev
+// taken down for a second and brought back. Each side hears one outage
+// (down, recovering, up; a failed attempt, if one fails, in between), its
+// session made again on new QPs by ibev, and a message goes through after.
+bool heal_a_session(ibev::Dispatcher& dispatcher, const std::string& device_name,
+                    const std::string& netdev, const std::string& address) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto device = ibev::Device::open(dispatcher, device_name);
+  auto pd = ibev::ProtectionDomain::create(device);
+  std::array<char, 64 * 8> buffer{};
+  auto mr = ibev::MemoryRegion::create(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE);
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::string> lines;
+  int received = 0;
+  std::shared_ptr<ibev::CmSession> client, server;
+  auto note = [&](const std::string& line) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    std::printf("  %6lld ms  %s\n", static_cast<long long>(ms.count()), line.c_str());
+    std::lock_guard<std::mutex> lock(mutex);
+    lines.push_back(line);
+    changed.notify_all();
+  };
+  auto wait_until = [&](auto done) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, 20s, [&] { return done(); });
+  };
+  auto count = [&](const std::string& line) {
+    return std::count(lines.begin(), lines.end(), line);
+  };
+  auto cq = ibev::CompletionQueue::create(
+      device,
+      [&](const ibev::CompletionBatch& batch) {
+        std::shared_ptr<ibev::CmSession> sides[2];
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          sides[0] = client;
+          sides[1] = server;
+        }
+        for (const ibv_wc& wc : batch) {
+          for (auto& side : sides) {
+            if (side) side->health().completion(wc);  // each hears its own QP's
+          }
+          if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV) != 0) {
+            {
+              std::lock_guard<std::mutex> lock(mutex);
+              ++received;
+            }
+            note("server received: " + std::string(buffer.data() + 64 * wc.wr_id));
+          }
+        }
+      },
+      nullptr);
+  // Each attempt's QP: made, taken to INIT by the id, its receives posted.
+  const ibev::MakeQp make_qp = [&](ibev::CmId& id, const ibev::RecoveryAttempt&) {
+    ibev::QueuePair::Options options;
+    options.send_cq = options.recv_cq = cq;
+    auto qp = ibev::QueuePair::create(pd, nullptr, options);
+    id.init_qp(*qp);
+    for (std::uint64_t slot = 1; slot <= 4; ++slot) {
+      ibv_sge sge{reinterpret_cast<std::uintptr_t>(buffer.data() + 64 * slot), 64, mr->lkey()};
+      ibv_recv_wr wr{};
+      wr.wr_id = slot;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      qp->post_recv(wr);
+    }
+    return qp;
+  };
+  auto send = [&](const std::string& text) {
+    std::snprintf(buffer.data(), 64, "%s", text.c_str());
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buffer.data()),
+                static_cast<std::uint32_t>(text.size() + 1), mr->lkey()};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    client->health().post_send(wr);
+  };
+  auto told = [&](const std::string& side, const ibev::HealthChange& change) {
+    std::string line = side + ": " + std::string(ibev::to_string(change.to));
+    if (change.to == ibev::ConnectionState::kDown) line += " (" + change.cause.what + ")";
+    note(line);
+  };
+
+  auto channel = ibev::CmEventChannel::create(dispatcher);
+  ibev::CmAcceptor::Options accepting;
+  accepting.make_qp = make_qp;
+  auto acceptor = ibev::CmAcceptor::listen(
+      channel, ibev::CmAddress::parse(address, 0),
+      [&](const std::shared_ptr<ibev::CmSession>& session) {
+        std::lock_guard<std::mutex> lock(mutex);
+        server = session;
+      },
+      [&](std::uint64_t, const ibev::HealthChange& change) { told("server", change); },
+      accepting);
+  ibev::CmSession::Options connecting;
+  connecting.id = 7;
+  connecting.make_qp = make_qp;
+  auto made = ibev::CmSession::connect(
+      channel, ibev::CmAddress::parse(address, acceptor->local_address().port()),
+      [&](const ibev::HealthChange& change) { told("client", change); }, connecting);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    client = made;
+  }
+  bool ok = wait_until([&] { return count("client: up") == 1 && count("server: up") == 1; });
+  if (ok) send("before the flap");
+  ok = ok && wait_until([&] { return received == 1; });
+
+  shell("sysctl -qw net.ipv6.conf." + netdev + ".keep_addr_on_down=1");
+  shell("ip link set " + netdev + " down");
+  std::this_thread::sleep_for(1s);
+  note("the netdev comes back");
+  shell("ip link set " + netdev + " up");
+  ok = ok && wait_until([&] { return count("client: up") == 2 && count("server: up") == 2; });
+  if (ok) send("after the flap");
+  ok = ok && wait_until([&] { return received == 2; });
+  const bool one_outage_each = count("client: down (IBV_EVENT_PORT_ERR)") == 1 &&
+                               count("server: down (IBV_EVENT_PORT_ERR)") == 1;
+  std::printf("  healed: %s\n", ok && one_outage_each ? "yes" : "NO");
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    client.reset();
+    server.reset();
+  }
+  made->close();
+  acceptor->close();
+  return ok && one_outage_each;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -447,6 +583,12 @@ int main(int argc, char** argv) {
               "handler, as in the kernel.\n",
               device_name.c_str(), cm_address.c_str());
   ok = connect_through_the_cm(dispatcher, device_name, cm_address, table) && ok;
+
+  std::printf("\nA session through the CM that heals: %s taken down for a second; each\n"
+              "side's health, its one handler, hears one outage, and ibev makes the\n"
+              "connection again on new QPs.\n",
+              netdev.c_str());
+  ok = heal_a_session(dispatcher, device_name, netdev, cm_address) && ok;
   client.release();
   dispatcher.stop();
   connection.reset();

@@ -113,8 +113,11 @@ Messenger::Messenger(Env& env) : endpoint(env) {
     } else if (wc.status != IBV_WC_SUCCESS) {
       log.add(std::string("error ") + ibv_wc_status_str(wc.status));
     } else if (wc.opcode == IBV_WC_RECV) {
-      log.add(std::string("received ") + endpoint.at(wc.wr_id * kSlot));
+      // Reposted before it is told: a test that goes on once it reads the
+      // line may close the QP.
+      const std::string text = endpoint.at(wc.wr_id * kSlot);
       endpoint.post_recv(wc.wr_id * kSlot, kSlot, wc.wr_id);
+      log.add("received " + text);
     }
   };
 }

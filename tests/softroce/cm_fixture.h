@@ -31,6 +31,12 @@ std::string cm_host2();
 // rdma_cm finds the device by that address. Throws when it never comes.
 void give_netdev_its_address();
 
+// A global fixture (BOOST_TEST_GLOBAL_FIXTURE): give_netdev_its_address()
+// once, before the first case.
+struct NetdevAddress {
+  NetdevAddress() { give_netdev_its_address(); }
+};
+
 // "ESTABLISHED", "REJECTED 28": what a log line says of an event.
 std::string said(const CmEvent& event);
 // "a, b, c".

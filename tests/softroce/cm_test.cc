@@ -35,11 +35,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Once, before the first case: d0's address, for rdma_cm.
-struct Address {
-  Address() { give_netdev_its_address(); }
-};
-BOOST_TEST_GLOBAL_FIXTURE(Address);
+BOOST_TEST_GLOBAL_FIXTURE(NetdevAddress);  // d0's address, for rdma_cm
 
 struct Who {
   const char* name;

@@ -1,0 +1,287 @@
+// Sessions through the CM on soft-RoCE (cm/cm_session.h): a client's session
+// that loses its QP is made again on a new one and the server takes it back
+// as the same session; a server session whose peer restarts is the same
+// session; one whose peer never returns fails after give_up_after, as does a
+// client whose server is gone; bad input is refused, and a request without a
+// session id rejected. Both sides run in this process on one rxe device,
+// each with its own CQ and QPs.
+#define BOOST_TEST_MODULE ibev_softroce_cm_session
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ibev/cm/cm_session.h>
+
+#include "tests/softroce/cm_fixture.h"
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/session_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
+
+using namespace ibev;
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+BOOST_TEST_GLOBAL_FIXTURE(NetdevAddress);  // d0's address, for rdma_cm
+
+// "up", "down", ...: what a side's handler heard, in order, with the causes
+// of its downs as "<side> cause: <what>".
+void heard(Lines& log, const std::string& side, const HealthChange& change) {
+  log.add(side + ": " + std::string(to_string(change.to)));
+  if (change.to == ConnectionState::kDown || change.to == ConnectionState::kFailed) {
+    log.add(side + " cause: " + change.cause.what);
+  }
+}
+
+// Each attempt's QP for a Messenger: made on its endpoint's CQ, taken to INIT
+// through the attempt's id, its receives posted. The Messenger sends on the
+// latest (attempts and its completions run on the dispatching thread).
+MakeQp qp_for(Env& env, Messenger& messenger) {
+  return [&env, &messenger](CmId& id, const RecoveryAttempt&) {
+    messenger.endpoint.qp = messenger.endpoint.make_qp(env);
+    messenger.start(id);
+    return messenger.endpoint.qp;
+  };
+}
+
+// An acceptor on cm_host() whose sessions are kept, each with the one
+// Messenger (a test here has one peer at a time).
+struct SessionServer {
+  explicit SessionServer(Env& env, std::shared_ptr<CmEventChannel> channel,
+                  std::chrono::milliseconds give_up_after = 20s)
+      : messenger(env) {
+    CmAcceptor::Options options;
+    options.make_qp = qp_for(env, messenger);
+    options.health.recovery.policy = quick_recovery(give_up_after);
+    acceptor = CmAcceptor::listen(
+        std::move(channel), CmAddress::parse(cm_host(), 0),
+        [this](const std::shared_ptr<CmSession>& session) {
+          std::lock_guard<std::mutex> lock(mutex);
+          sessions.push_back(session);
+          log.add("server session " + std::to_string(session->id()));
+        },
+        [this](std::uint64_t, const HealthChange& change) { heard(log, "server", change); },
+        options);
+  }
+  std::size_t kept() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return sessions.size();
+  }
+  std::shared_ptr<CmSession> session(std::size_t at) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return sessions.at(at);
+  }
+  std::uint16_t port() const { return acceptor->local_address().port(); }
+
+  Lines log;
+  Messenger messenger;
+  std::mutex mutex;
+  std::vector<std::shared_ptr<CmSession>> sessions;
+  std::shared_ptr<CmAcceptor> acceptor;  // last: its callbacks use the above
+};
+
+struct SessionClient {
+  SessionClient(Env& env, std::shared_ptr<CmEventChannel> channel, std::uint16_t port,
+         std::uint64_t id = 42, std::chrono::milliseconds give_up_after = 20s)
+      : messenger(env) {
+    CmSession::Options options;
+    options.id = id;
+    options.make_qp = qp_for(env, messenger);
+    options.health.recovery.policy = quick_recovery(give_up_after);
+    session = CmSession::connect(
+        std::move(channel), CmAddress::parse(cm_host(), port),
+        [this](const HealthChange& change) { heard(log, "client", change); }, options);
+  }
+
+  Lines log;
+  Messenger messenger;
+  std::shared_ptr<CmSession> session;  // last: its handler uses the above
+};
+
+// A message each way over the sessions' current QPs.
+void exchange(SessionClient& client, SessionServer& server, const std::string& text) {
+  const auto at_server = server.messenger.log.count("received " + text);
+  const auto at_client = client.messenger.log.count("received " + text);
+  client.messenger.send(text);
+  BOOST_REQUIRE_MESSAGE(server.messenger.log.wait_count("received " + text, at_server + 1, 20s),
+                        server.messenger.log.text());
+  server.messenger.send(text);
+  BOOST_REQUIRE_MESSAGE(client.messenger.log.wait_count("received " + text, at_client + 1, 20s),
+                        client.messenger.log.text());
+}
+
+std::vector<std::string> states(Lines& log, const std::string& side) {
+  return log.starting_with(side + ": ");
+}
+
+}  // namespace
+
+// The client's QP fails (an injected QP_FATAL): its session drains it and
+// connects again, through the CM, on a new QP; the server, whose own QP
+// still works, hears its peer come back (a request naming the session, or
+// the old id's disconnect) and accepts it into the same session. One down
+// each, traffic on new QPs, one session at the server.
+BOOST_AUTO_TEST_CASE(a_session_whose_qp_fails_is_made_again_and_taken_back_as_the_same) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  SessionServer server(env, channel);
+  SessionClient client(env, channel, server.port());
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("client: up", 1, 20s), client.log.text());
+  BOOST_REQUIRE_MESSAGE(server.log.wait_count("server: up", 1, 20s), server.log.text());
+  exchange(client, server, "before");
+  const std::uint32_t client_qp = client.session->queue_pair()->qp_num();
+  const std::uint32_t server_qp = server.session(0)->queue_pair()->qp_num();
+
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL,
+                        client.session->queue_pair()->get());
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("client: up", 2, 20s), client.log.text());
+  BOOST_REQUIRE_MESSAGE(server.log.wait_count("server: up", 2, 20s), server.log.text());
+  exchange(client, server, "after");
+
+  const std::vector<std::string> healed{"recovering", "up", "down", "recovering", "up"};
+  BOOST_TEST(joined(states(client.log, "client")) == joined(healed), client.log.text());
+  BOOST_TEST(joined(states(server.log, "server")) == joined(healed), server.log.text());
+  BOOST_TEST(client.log.count("client cause: IBV_EVENT_QP_FATAL") == 1u);
+  BOOST_TEST(server.log.count("server session 42") == 1u);
+  BOOST_TEST(server.kept() == 1u);
+  BOOST_TEST(server.acceptor->sessions() == 1u);
+  BOOST_TEST(client.session->queue_pair()->qp_num() != client_qp);
+  BOOST_TEST(server.session(0)->queue_pair()->qp_num() != server_qp);
+  BOOST_TEST(env.errors().empty(), joined(env.errors()));
+}
+
+// Two clients on one acceptor, each its own session: the one whose QP
+// fails is made again and taken back; the other, and its server side, hear
+// nothing.
+BOOST_AUTO_TEST_CASE(sessions_of_one_acceptor_are_told_apart_by_their_id) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;
+  std::mutex mutex;
+  std::vector<std::shared_ptr<CmSession>> kept;
+  Messenger at_server(env);  // both sessions' QPs on its CQ
+  CmAcceptor::Options options;
+  options.make_qp = qp_for(env, at_server);
+  options.health.recovery.policy = quick_recovery(20s);
+  auto acceptor = CmAcceptor::listen(
+      channel, CmAddress::parse(cm_host(), 0),
+      [&](const std::shared_ptr<CmSession>& session) {
+        std::lock_guard<std::mutex> lock(mutex);
+        kept.push_back(session);
+      },
+      [&](std::uint64_t id, const HealthChange& change) {
+        log.add("server " + std::to_string(id) + ": " + std::string(to_string(change.to)));
+      },
+      options);
+  SessionClient one(env, channel, acceptor->local_address().port(), 1);
+  SessionClient two(env, channel, acceptor->local_address().port(), 2);
+  BOOST_REQUIRE_MESSAGE(log.wait_count("server 1: up", 1, 20s), log.text());
+  BOOST_REQUIRE_MESSAGE(log.wait_count("server 2: up", 1, 20s), log.text());
+  BOOST_REQUIRE_MESSAGE(two.log.wait_count("client: up", 1, 20s), two.log.text());
+
+  env.dispatcher.inject(env.device->context(), IBV_EVENT_QP_FATAL,
+                        one.session->queue_pair()->get());
+  BOOST_REQUIRE_MESSAGE(log.wait_count("server 1: up", 2, 20s), log.text());
+  BOOST_REQUIRE_MESSAGE(one.log.wait_count("client: up", 2, 20s), one.log.text());
+  BOOST_TEST(log.count("server 2: up") == 1u, log.text());
+  BOOST_TEST(log.count("server 2: down") == 0u, log.text());
+  BOOST_TEST(two.log.count("client: down") == 0u, two.log.text());
+  BOOST_TEST(acceptor->sessions() == 2u);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    BOOST_TEST(kept.size() == 2u);
+  }
+  BOOST_TEST(env.errors().empty(), joined(env.errors()));
+}
+
+// A client that goes (its session closed: the server hears DISCONNECTED)
+// and comes back as a new process would, with a new session of the same id:
+// the server's session goes down, waits, and takes the new client in. A
+// client that never returns leaves the server's session failed after its
+// give_up_after, with one failure record, and the acceptor forgets it.
+BOOST_AUTO_TEST_CASE(a_server_session_takes_its_restarted_peer_back_or_gives_up_on_it) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  SessionServer server(env, channel, 1500ms);
+  {
+    SessionClient first(env, channel, server.port(), 7);
+    BOOST_REQUIRE_MESSAGE(server.log.wait_count("server: up", 1, 20s), server.log.text());
+    exchange(first, server, "first");
+  }
+  BOOST_REQUIRE_MESSAGE(server.log.wait_count("server: down", 1, 20s), server.log.text());
+  {
+    SessionClient again(env, channel, server.port(), 7);
+    BOOST_REQUIRE_MESSAGE(again.log.wait_count("client: up", 1, 20s), again.log.text());
+    BOOST_REQUIRE_MESSAGE(server.log.wait_count("server: up", 2, 20s), server.log.text());
+    exchange(again, server, "again");
+    BOOST_TEST(server.kept() == 1u);
+  }
+  BOOST_REQUIRE_MESSAGE(server.log.wait_count("server: failed", 1, 20s), server.log.text());
+  const std::vector<std::string> lived{"recovering", "up",   "down", "recovering",
+                                       "up",         "down", "recovering", "failed"};
+  BOOST_TEST(joined(states(server.log, "server")) == joined(lived), server.log.text());
+  BOOST_TEST(server.acceptor->sessions() == 0u);
+  const auto errors = env.errors();
+  BOOST_TEST(errors.size() == 1u, joined(errors) + " | " + server.messenger.log.text() + " | " + server.log.text());
+  BOOST_TEST(joined(errors).find("not recovered in 1500 ms") != std::string::npos,
+             joined(errors));
+}
+
+// The server goes for good (acceptor and session closed): the client hears
+// DISCONNECTED, its attempts find nobody listening, and after give_up_after
+// it fails, once, with one record.
+BOOST_AUTO_TEST_CASE(a_client_whose_server_is_gone_fails_after_give_up_after) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  auto server = std::make_unique<SessionServer>(env, channel);
+  SessionClient client(env, channel, server->port(), 42, 1500ms);
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("client: up", 1, 20s), client.log.text());
+  server.reset();
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("client: failed", 1, 20s), client.log.text());
+  BOOST_TEST(client.log.count("client cause: RDMA_CM_EVENT_DISCONNECTED") == 1u,
+             client.log.text());
+  BOOST_TEST(client.log.count("client: failed") == 1u);
+  const auto errors = env.errors();
+  BOOST_TEST(errors.size() == 1u, joined(errors));
+  BOOST_TEST(joined(errors).find("not recovered in 1500 ms") != std::string::npos,
+             joined(errors));
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_is_refused_and_a_request_without_a_session_id_rejected) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  SessionServer server(env, channel);
+  Messenger messenger(env);
+  const auto to = CmAddress::parse(cm_host(), server.port());
+  const auto handler = [](const HealthChange&) {};
+  CmSession::Options options;
+  options.id = 1;
+  options.make_qp = qp_for(env, messenger);
+  CmSession::Options no_id = options;
+  no_id.id = 0;
+  BOOST_CHECK_THROW(CmSession::connect(channel, to, handler, no_id), std::invalid_argument);
+  CmSession::Options no_qp = options;
+  no_qp.make_qp = nullptr;
+  BOOST_CHECK_THROW(CmSession::connect(channel, to, handler, no_qp), std::invalid_argument);
+  CmSession::Options long_data = options;
+  long_data.connect.private_data.assign(41, 'x');
+  BOOST_CHECK_THROW(CmSession::connect(channel, to, handler, long_data), std::invalid_argument);
+  BOOST_CHECK_THROW(CmSession::connect(nullptr, to, handler, options), std::invalid_argument);
+  CmAcceptor::Options acceptor_options;
+  BOOST_CHECK_THROW(CmAcceptor::listen(
+                        channel, CmAddress::parse(cm_host(), 0),
+                        [](const std::shared_ptr<CmSession>&) {},
+                        [](std::uint64_t, const HealthChange&) {}, acceptor_options),
+                    std::invalid_argument);
+
+  Lines log;
+  testing::Client plain(env, channel, log, "plain", server.port());
+  BOOST_REQUIRE_MESSAGE(log.wait_count("plain: REJECTED 28", 1, 20s), log.text());
+  BOOST_TEST(plain.rejection.rfind("ibev: no session id", 0) == 0u, plain.rejection);
+  BOOST_TEST(server.kept() == 0u);
+}

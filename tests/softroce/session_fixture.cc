@@ -1,0 +1,166 @@
+#include "tests/softroce/session_fixture.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace ibev::testing {
+
+using namespace std::chrono_literals;
+
+RecoveryPolicy quick_recovery(std::chrono::milliseconds give_up_after) {
+  RecoveryPolicy policy;
+  policy.first_delay = 50ms;
+  policy.max_delay = 400ms;
+  policy.give_up_after = give_up_after;
+  return policy;
+}
+
+Numbered::Numbered(Env& env)
+    : env_(env),
+      memory_((kSendSlots + kRecvSlots) * kSlot),
+      mr_(MemoryRegion::create(env.pd, memory_.data(), memory_.size(), IBV_ACCESS_LOCAL_WRITE)) {
+  CompletionQueue::Options options;
+  options.cqe = 512;
+  cq_ = CompletionQueue::create(
+      env.device,
+      [this](const CompletionBatch& batch) {
+        for (const ibv_wc& wc : batch) completed(wc);
+      },
+      nullptr, options);
+}
+
+// The session before the CQ its QPs complete on, and the QPs too: what the
+// Dispatcher still holds for a moment (a drain under way, a reconnect task
+// not run yet) lets go within seconds. A CQ closed under a QP is not
+// destroyed (EBUSY), and ASan calls it a leak.
+Numbered::~Numbered() {
+  std::shared_ptr<CmSession> session;
+  std::vector<std::weak_ptr<QueuePair>> made;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    session.swap(session_);
+    made.swap(made_);
+  }
+  session.reset();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  for (const auto& qp : made) {
+    while (!qp.expired() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  cq_->close();
+}
+
+MakeQp Numbered::make_qp() {
+  return [this](CmId& id, const RecoveryAttempt& attempt) {
+    QueuePairOptions options;
+    options.send_cq = cq_;
+    options.recv_cq = cq_;
+    options.cap = ibv_qp_cap{64, kRecvSlots, 1, 1, 0};
+    auto qp = QueuePair::create(env_.pd, {}, options);
+    id.init_qp(*qp);
+    for (std::uint64_t slot = 0; slot < kRecvSlots; ++slot) post_recv(*qp, slot);
+    std::lock_guard<std::mutex> lock(mutex_);
+    undelivered_ = attempt.undelivered();
+    made_.push_back(qp);
+    return qp;
+  };
+}
+
+void Numbered::attach(std::shared_ptr<CmSession> session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  session_ = std::move(session);
+}
+
+void Numbered::send(std::uint64_t seq) {
+  std::shared_ptr<CmSession> session;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    session = session_;
+  }
+  char* slot = memory_.data() + (seq % kSendSlots) * kSlot;
+  const int length = std::snprintf(slot, kSlot, "seq %llu", static_cast<unsigned long long>(seq));
+  ibv_sge sge{reinterpret_cast<std::uintptr_t>(slot), static_cast<std::uint32_t>(length + 1),
+              mr_->lkey()};
+  ibv_send_wr wr{};
+  wr.wr_id = seq;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  session->health().post_send(wr);
+}
+
+void Numbered::resend() {
+  std::vector<std::uint64_t> again;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    again.swap(undelivered_);
+  }
+  for (std::uint64_t seq : again) send(seq);
+}
+
+void Numbered::post_recv(QueuePair& qp, std::uint64_t slot) {
+  ibv_sge sge{reinterpret_cast<std::uintptr_t>(memory_.data() + (kSendSlots + slot) * kSlot),
+              kSlot, mr_->lkey()};
+  ibv_recv_wr wr{};
+  wr.wr_id = slot;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  qp.post_recv(wr);
+}
+
+void Numbered::say(const std::string& line) {
+  log.add(line);
+  if (echo) echo(line);
+}
+
+// On the dispatching thread. A receive is reposted on the session's QP if
+// it is still the one that received it.
+void Numbered::completed(const ibv_wc& wc) {
+  std::shared_ptr<CmSession> session;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    session = session_;
+  }
+  if (session) session->health().completion(wc);
+  if (wc.status == IBV_WC_WR_FLUSH_ERR) return;
+  if (wc.status != IBV_WC_SUCCESS) return say(std::string("error ") + ibv_wc_status_str(wc.status));
+  if ((wc.opcode & IBV_WC_RECV) == 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sent_.push_back(std::chrono::steady_clock::now());
+    return;
+  }
+  const std::string text(memory_.data() + (kSendSlots + wc.wr_id) * kSlot);
+  unsigned long long seq = 0;
+  const bool numbered = std::sscanf(text.c_str(), "seq %llu", &seq) == 1;
+  if (auto qp = session ? session->queue_pair() : nullptr; qp && qp->qp_num() == wc.qp_num) {
+    post_recv(*qp, wc.wr_id);
+  }
+  if (!numbered) return say(std::string("received garbage: ") + text);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!received_.insert(seq).second) ++duplicates_;
+  }
+  say("received " + std::to_string(seq));
+}
+
+std::set<std::uint64_t> Numbered::received() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return received_;
+}
+
+std::size_t Numbered::duplicates() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return duplicates_;
+}
+
+std::vector<std::chrono::steady_clock::time_point> Numbered::sent_times() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sent_;
+}
+
+}  // namespace ibev::testing

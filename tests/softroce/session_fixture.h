@@ -1,0 +1,78 @@
+// Numbered messages over a CmSession, for the two-host tests: the client (in
+// the test) and the peer (session_peer, another process) each run one. A
+// message is "seq N", sent through the session's health (tracked, wr_id N);
+// what an attempt lists undelivered is sent again once the session is up,
+// as an application that wants its messages does. The receiving side keeps
+// the numbers it got and how many came twice (a message delivered whose ack
+// the outage lost is sent again: the application, not the transport, drops
+// the copy).
+#ifndef IBEV_TESTS_SOFTROCE_SESSION_FIXTURE_H_
+#define IBEV_TESTS_SOFTROCE_SESSION_FIXTURE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ibev/cm/cm_session.h>
+
+#include "tests/softroce/verbs_fixture.h"
+
+namespace ibev::testing {
+
+// A recovery that tries soon and backs off to at most 400 ms, giving up
+// after `give_up_after`.
+RecoveryPolicy quick_recovery(std::chrono::milliseconds give_up_after);
+
+class Numbered {
+ public:
+  explicit Numbered(Env& env);
+  ~Numbered();
+
+  // Each attempt's QP on this side's CQ, taken to INIT through the id, its
+  // receives posted; the attempt's undelivered kept for resend().
+  MakeQp make_qp();
+  // The session whose health hears this side's completions.
+  void attach(std::shared_ptr<CmSession> session);
+  void send(std::uint64_t seq);
+  // What the last attempt listed undelivered, sent again (on the session's
+  // up: the handler's thread).
+  void resend();
+
+  std::set<std::uint64_t> received();
+  std::size_t duplicates();
+  // The success completions of sends, with when they came.
+  std::vector<std::chrono::steady_clock::time_point> sent_times();
+
+  // "received N", "error STATUS", each also given to `echo` if set.
+  Lines log;
+  std::function<void(const std::string&)> echo;
+
+ private:
+  static constexpr std::size_t kSlot = 64;
+  static constexpr std::size_t kSendSlots = 256;
+  static constexpr std::size_t kRecvSlots = 32;
+  void completed(const ibv_wc& wc);
+  void post_recv(QueuePair& qp, std::uint64_t slot);
+  void say(const std::string& line);
+
+  Env& env_;
+  std::vector<char> memory_;
+  std::shared_ptr<MemoryRegion> mr_;
+  std::mutex mutex_;
+  std::shared_ptr<CmSession> session_;
+  std::vector<std::uint64_t> undelivered_;
+  std::set<std::uint64_t> received_;
+  std::size_t duplicates_ = 0;
+  std::vector<std::chrono::steady_clock::time_point> sent_;
+  std::vector<std::weak_ptr<QueuePair>> made_;
+  std::shared_ptr<CompletionQueue> cq_;  // last: its handler uses the above
+};
+
+}  // namespace ibev::testing
+
+#endif  // IBEV_TESTS_SOFTROCE_SESSION_FIXTURE_H_

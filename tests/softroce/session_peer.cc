@@ -1,0 +1,90 @@
+// The far end of the two-host session tests: another process, on its own
+// rxe device, as a server application is. It listens with a CmAcceptor on
+// ADDRESS:PORT (0: any) and keeps every session it is given; it tells on
+// stdout, one line each, what the test reads: "listening PORT", "session
+// ID", "state STATE[: CAUSE]", "received N", "failure: ...". It runs until
+// SIGTERM (or SIGKILL: a peer that dies).
+//
+//   session_peer DEVICE ADDRESS PORT GIVE_UP_MS
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ibev/cm/cm_session.h>
+
+#include "tests/softroce/session_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+
+using namespace ibev;
+using namespace ibev::testing;
+
+namespace {
+
+std::mutex out_mutex;
+
+void tell(const std::string& line) {
+  std::lock_guard<std::mutex> lock(out_mutex);
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: session_peer DEVICE ADDRESS PORT GIVE_UP_MS\n");
+    return 2;
+  }
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before any thread: all inherit it
+
+  Env env(argv[1]);
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Numbered side(env);
+  side.echo = tell;
+  std::mutex mutex;
+  std::vector<std::shared_ptr<CmSession>> sessions;
+
+  CmAcceptor::Options options;
+  options.make_qp = side.make_qp();
+  options.health.recovery.policy =
+      quick_recovery(std::chrono::milliseconds(std::atoi(argv[4])));
+  auto acceptor = CmAcceptor::listen(
+      channel, CmAddress::parse(argv[2], static_cast<std::uint16_t>(std::atoi(argv[3]))),
+      [&](const std::shared_ptr<CmSession>& session) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          sessions.push_back(session);
+        }
+        side.attach(session);
+        tell("session " + std::to_string(session->id()));
+      },
+      [&](std::uint64_t, const HealthChange& change) {
+        std::string line = "state " + std::string(to_string(change.to));
+        if (change.to != ConnectionState::kUp && !change.cause.what.empty()) {
+          line += ": " + change.cause.what;
+        }
+        tell(line);
+        if (change.to == ConnectionState::kUp) side.resend();
+      },
+      options);
+  tell("listening " + std::to_string(acceptor->local_address().port()));
+
+  int signal = 0;
+  sigwait(&stop, &signal);
+  acceptor->close();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    sessions.clear();
+  }
+  for (const std::string& failure : env.errors()) tell("failure: " + failure);
+  return 0;
+}

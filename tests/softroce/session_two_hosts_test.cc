@@ -1,0 +1,330 @@
+// Sessions between two hosts, as the harness makes them (softroce_run.sh
+// --devices 2: rxe0 on v0 at fd00::1, rxe1 on v1 at fd00::2, the veth pair
+// their cable, policy routing between them; docs/softroce.md): the client
+// is this process on rxe0, the server another process (session_peer) on
+// rxe1. Numbered messages ("seq N") show what arrives: nothing lost, and a
+// copy the outage made (delivered, its ack lost, sent again) dropped by the
+// receiver as an application does. The cable is pulled for 2 s mid-traffic;
+// the server process is killed while the session is idle and started again.
+#define BOOST_TEST_MODULE ibev_softroce_session_two_hosts
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ibev/cm/cm_session.h>
+
+#include "tests/softroce/cm_fixture.h"
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/session_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
+
+using namespace ibev;
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The peer program's path, from the command line (after "--").
+std::string peer_program() {
+  auto& suite = boost::unit_test::framework::master_test_suite();
+  BOOST_REQUIRE_MESSAGE(suite.argc >= 2, "usage: session_two_hosts_test -- PEER_PROGRAM");
+  return suite.argv[suite.argc - 1];
+}
+
+long long ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+}
+
+// session_peer in a process of its own; its stdout lines in `lines`.
+class Peer {
+ public:
+  explicit Peer(std::uint16_t port, std::chrono::milliseconds give_up_after = 20s) {
+    int out[2];
+    BOOST_REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+    const std::string program = peer_program();
+    const std::vector<std::string> args{program, test_device2(), cm_host2(), std::to_string(port),
+                                        std::to_string(give_up_after.count())};
+    pid_ = fork();
+    BOOST_REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      std::vector<char*> argv;
+      for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    reader_ = std::thread([this, fd = out[0]] {
+      FILE* in = fdopen(fd, "r");
+      char line[512];
+      while (std::fgets(line, sizeof line, in) != nullptr) {
+        std::string text(line);
+        if (!text.empty() && text.back() == '\n') text.pop_back();
+        lines.add(text);
+      }
+      std::fclose(in);
+    });
+    BOOST_REQUIRE_MESSAGE(eventually([this] { return !lines.starting_with("listening ").empty(); }),
+                          lines.text());
+    port_ = static_cast<std::uint16_t>(std::stoi(lines.starting_with("listening ").front()));
+  }
+  ~Peer() { stop(SIGTERM); }
+
+  std::uint16_t port() const { return port_; }
+  // Ends it with `signal` and waits: its output is all read after.
+  void stop(int signal) {
+    if (pid_ > 0) {
+      kill(pid_, signal);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+    if (reader_.joinable()) reader_.join();
+  }
+  // "up", "down: CAUSE", ...
+  std::vector<std::string> states() { return lines.starting_with("state "); }
+
+  Lines lines;
+
+ private:
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread reader_;
+};
+
+// The client on rxe0: a session to the peer, its states in `log` ("up",
+// "down: CAUSE", ...), what its last attempt did not deliver sent again on
+// each up.
+struct ClientSide {
+  ClientSide(std::uint16_t port, std::chrono::milliseconds keepalive = 0ms)
+      : env(test_device()), channel(CmEventChannel::create(env.dispatcher)), numbered(env) {
+    CmSession::Options options;
+    options.id = 42;
+    options.source = CmAddress::parse(cm_host(), 0);
+    options.make_qp = numbered.make_qp();
+    options.health.recovery.policy = quick_recovery(30s);
+    options.health.keepalive.interval = keepalive;
+    session = CmSession::connect(
+        channel, CmAddress::parse(cm_host2(), port),
+        [this](const HealthChange& change) {
+          std::string line(to_string(change.to));
+          if (change.to != ConnectionState::kUp && !change.cause.what.empty()) {
+            line += ": " + change.cause.what;
+          }
+          log.add(line);
+          if (change.to == ConnectionState::kUp) numbered.resend();
+        },
+        options);
+    numbered.attach(session);
+  }
+  ~ClientSide() { session->close(); }
+
+  std::vector<std::string> states() {
+    std::vector<std::string> to;
+    for (const std::string& line : log.starting_with("")) to.push_back(line.substr(0, line.find(':')));
+    return to;
+  }
+
+  Env env;
+  std::shared_ptr<CmEventChannel> channel;
+  Lines log;
+  Numbered numbered;
+  std::shared_ptr<CmSession> session;
+};
+
+// Whether `states` ("up", "down: CAUSE", ...) are a connection made, then
+// one outage for `cause`, with any number of failed attempts, then up.
+bool one_outage(const std::vector<std::string>& states, const std::string& cause) {
+  std::vector<std::string> expected{"recovering", "up", "down: " + cause, "recovering"};
+  if (states.size() < expected.size() + 1 || states.back() != "up") return false;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (states[i].rfind(expected[i], 0) != 0) return false;
+  }
+  for (std::size_t i = expected.size(); i + 1 < states.size(); i += 2) {
+    if (states[i].rfind("down: attempt ", 0) != 0 || states[i + 1].rfind("recovering", 0) != 0) {
+      return false;
+    }
+  }
+  return (states.size() - expected.size()) % 2 == 1;
+}
+
+// The cable back, and the route IPv6 dropped with it (the harness's policy
+// route for the peer's address).
+void plug_in() {
+  run_command("ip link set " + test_netdev2() + " up && ip -6 route replace " + cm_host() +
+              "/128 dev " + test_netdev2() + " table 11");
+}
+
+}  // namespace
+
+// Traffic flows, the cable is pulled for 2 s and put back: each side goes
+// down once (PORT_ERR), waits for PORT_ACTIVE, and the session is made
+// again on new QPs; every message arrives, the undelivered ones sent again.
+// Printed: the time from the client's PORT_ACTIVE to its first completion
+// on the new connection.
+BOOST_AUTO_TEST_CASE(a_pulled_cable_heals_and_every_message_arrives) {
+  Peer peer(0);
+  ClientSide client(peer.port());
+  std::atomic<long long> active_at_ns{0};
+  Handle ports = client.env.device->on_event(
+      EventFilter{IBV_EVENT_PORT_ACTIVE}, [&](const Event&) {
+        active_at_ns = Clock::now().time_since_epoch().count();
+      });
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 1, 20s), client.log.text());
+
+  std::atomic<bool> sending{true};
+  std::atomic<std::uint64_t> next{1};
+  Lines refused;  // posts the QP refused (in ERR, between the down and the sender's look)
+  std::thread sender([&] {
+    while (sending) {
+      if (client.session->health().state() == ConnectionState::kUp) {
+        try {
+          client.numbered.send(next);
+          ++next;
+        } catch (const std::exception& e) {
+          refused.add(e.what());
+        }
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("received 10", 1, 20s), peer.lines.text());
+
+  run_command("sysctl -qw net.ipv6.conf." + test_netdev2() + ".keep_addr_on_down=1");
+  run_command("ip link set " + test_netdev2() + " down");
+  std::this_thread::sleep_for(2s);
+  plug_in();
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 2, 30s), client.log.text());
+  const auto up_again = Clock::now();
+  // Traffic on the new connection, then stop and let the last arrive.
+  const std::uint64_t after = next;
+  BOOST_REQUIRE(eventually([&] { return next > after + 10; }, 20s));
+  sending = false;
+  sender.join();
+  const std::uint64_t last = next - 1;
+  BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("received " + std::to_string(last), 1, 20s),
+                        peer.lines.text());
+
+  const Clock::time_point active{Clock::duration(active_at_ns.load())};
+  BOOST_REQUIRE(active_at_ns.load() != 0);
+  long long first_completion_ms = -1;
+  for (const auto& at : client.numbered.sent_times()) {
+    if (at > active) {
+      first_completion_ms = ms_between(active, at);
+      break;
+    }
+  }
+  BOOST_TEST_MESSAGE("PORT_ACTIVE to up: " << ms_between(active, up_again)
+                     << " ms at most; PORT_ACTIVE to the first completion after it: "
+                     << first_completion_ms << " ms");
+  BOOST_TEST(first_completion_ms >= 0);
+
+  // One outage each, with as many attempts as it took: PORT_ACTIVE may
+  // come before the route back (the harness's policy route, put back after
+  // the link) or the neighbour, so a request may be rejected (reason 28)
+  // or an accept fail, and the next attempt succeeds.
+  BOOST_TEST(one_outage(client.log.starting_with(""), "IBV_EVENT_PORT_ERR"), client.log.text());
+  BOOST_TEST_MESSAGE("client: " << joined(client.log.starting_with("")) << "; sends refused: "
+                                << refused.starting_with("").size());
+  peer.stop(SIGTERM);  // its output all read
+  BOOST_TEST(one_outage(peer.states(), "IBV_EVENT_PORT_ERR"), joined(peer.states()));
+  BOOST_TEST(peer.lines.count("session 42") == 1u, peer.lines.text());
+  // Nothing lost: every number sent arrived (a copy counted, not kept).
+  std::size_t missing = 0;
+  for (std::uint64_t seq = 1; seq <= last; ++seq) {
+    missing += peer.lines.count("received " + std::to_string(seq)) == 0 ? 1 : 0;
+  }
+  BOOST_TEST(missing == 0u, peer.lines.text());
+  BOOST_TEST_MESSAGE(last << " messages; copies the receiver dropped: "
+                          << peer.lines.starting_with("received ").size() - (last - missing));
+  BOOST_TEST(peer.lines.starting_with("failure").empty(), peer.lines.text());
+  BOOST_TEST(client.env.errors().empty(), client.env.failures.summary());
+}
+
+// The server process is killed while the session is idle: the client
+// notices within its keepalive's interval x misses (or sooner, by the CM's
+// disconnect, when the kernel sends one for the dead process), not before,
+// and reconnects to the server started again on the same port.
+BOOST_AUTO_TEST_CASE(a_killed_peer_is_noticed_while_idle_and_its_restart_reconnected) {
+  constexpr auto kInterval = 300ms;
+  constexpr unsigned kMisses = 3;
+  auto peer = std::make_unique<Peer>(0);
+  const std::uint16_t port = peer->port();
+  ClientSide client(port, kInterval);
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 1, 20s), client.log.text());
+  std::this_thread::sleep_for(kInterval * 4);  // idle, probes answered
+  BOOST_TEST(client.log.count("up") == 1u);
+  BOOST_TEST(client.session->health().keepalive_stats().answered >= 2u);
+
+  const auto killed = Clock::now();
+  peer->stop(SIGKILL);
+  BOOST_REQUIRE_MESSAGE(eventually([&] { return !client.log.starting_with("down").empty(); }, 20s),
+                        client.log.text());
+  const long long noticed_ms = ms_between(killed, Clock::now());
+  const std::string cause = client.log.starting_with("down: ").front();
+  BOOST_TEST_MESSAGE("the killed peer noticed in " << noticed_ms << " ms (" << cause << ")");
+  BOOST_TEST(noticed_ms <= (kMisses + 1) * kInterval.count() + 1000, cause);
+
+  Peer again(port);
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 2, 30s), client.log.text());
+  BOOST_REQUIRE_MESSAGE(again.lines.wait_count("state up", 1, 20s), again.lines.text());
+  client.numbered.send(1000);
+  BOOST_TEST(again.lines.wait_count("received 1000", 1, 20s), again.lines.text());
+  BOOST_TEST(again.lines.count("session 42") == 1u, again.lines.text());
+  BOOST_TEST(client.env.errors().empty(), client.env.failures.summary());
+}
+
+// The peer goes silent without a word, as a host that dies does (what it
+// sends goes to a MAC nobody has: no disconnect, no port event, no error
+// completion for seconds): the client's keepalive notices within interval x misses (plus
+// the interval the last answered probe may have left), not before
+// (misses - 1) x interval. Once the peer is heard again the client
+// reconnects, and the server, whose session looked up, takes the request
+// naming it as its peer's return.
+BOOST_AUTO_TEST_CASE(a_silent_peer_is_noticed_by_the_keepalive_and_taken_back_by_the_server) {
+  constexpr auto kInterval = 300ms;
+  constexpr unsigned kMisses = 3;
+  Peer peer(0);
+  ClientSide client(peer.port(), kInterval);
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 1, 20s), client.log.text());
+  BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("state up", 1, 20s), peer.lines.text());
+
+  const auto silenced = Clock::now();
+  run_command("ip -6 neigh replace " + cm_host() + " lladdr 02:00:00:00:00:01 dev " +
+              test_netdev2() + " nud permanent");
+  BOOST_REQUIRE_MESSAGE(eventually([&] { return !client.log.starting_with("down").empty(); }, 20s),
+                        client.log.text());
+  const long long noticed_ms = ms_between(silenced, Clock::now());
+  run_command("ip -6 neigh del " + cm_host() + " dev " + test_netdev2());
+  const std::string cause = client.log.starting_with("down: ").front();
+  BOOST_TEST_MESSAGE("the silent peer noticed in " << noticed_ms << " ms (" << cause << ")");
+  BOOST_TEST(cause.rfind("no keepalive answer", 0) == 0u, cause);
+  BOOST_TEST(noticed_ms >= static_cast<long long>((kMisses - 1) * kInterval.count()));
+  BOOST_TEST(noticed_ms <= static_cast<long long>((kMisses + 1) * kInterval.count() + 500));
+
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 2, 30s),
+                        client.log.text() + " | " + peer.lines.text());
+  BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("state up", 2, 30s), peer.lines.text());
+  client.numbered.send(7);
+  BOOST_TEST(peer.lines.wait_count("received 7", 1, 20s), peer.lines.text());
+  peer.stop(SIGTERM);
+  BOOST_TEST(peer.lines.count("session 42") == 1u, peer.lines.text());
+  BOOST_TEST(peer.lines.count("state down: RDMA_CM_EVENT_CONNECT_REQUEST: the peer connects again") +
+                     peer.lines.count("state down: RDMA_CM_EVENT_DISCONNECTED") ==
+                 1u,
+             peer.lines.text());
+  BOOST_TEST(client.env.errors().empty(), client.env.failures.summary());
+}

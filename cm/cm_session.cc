@@ -94,7 +94,10 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
       at = ++tries;
       in_progress = next;
       old.push_back(std::move(current));
-      if (role == Role::kPassive) std::swap(request, waiting);
+      if (role == Role::kPassive) {
+        std::swap(request, waiting);
+        current = request;  // accepting it from now on: a newer request fails this attempt
+      }
     }
     close_all(old);
     if (role == Role::kActive) return resolve(at, next);
@@ -194,17 +197,27 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
 
   void hear(const CmEvent& event) {
     std::shared_ptr<CmId> on;
+    std::shared_ptr<CmId> gone;
     std::optional<RecoveryAttempt> attempt;
     std::shared_ptr<ConnectionHealth> told;
-    std::uint64_t at;
+    std::uint64_t at = 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (closed || !current || current.get() != event.id) return;  // an id moved on from
-      on = current;
-      at = tries;
-      attempt = in_progress;
-      told = health.lock();
+      if (closed) return;
+      // A request not taken yet whose device is gone goes (so can the
+      // device); whatever else it hears is the next attempt's to find.
+      if (waiting && waiting.get() == event.id &&
+          event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+        std::swap(gone, waiting);
+      } else if (current && current.get() == event.id) {
+        on = current;
+        at = tries;
+        attempt = in_progress;
+        told = health.lock();
+      }
     }
+    if (gone) gone->close();
+    if (!on) return;  // an id moved on from
     const std::string what = event.name() + (event.status != 0
                                                  ? " (status " + std::to_string(event.status) + ")"
                                                  : std::string());
@@ -266,10 +279,15 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
       if (taken) std::swap(dropped, waiting);  // a request older than this connection
     }
     if (dropped) dropped->close();  // rejected
-    if (!taken) {
-      answer(*on);
-      on->close();
-    }
+    if (!taken) hang_up(on);
+  }
+
+  // An id let go: disconnected first if it was connected (so the peer hears
+  // it now), then closed.
+  static void hang_up(const std::shared_ptr<CmId>& on) noexcept {
+    if (!on) return;
+    if (on->queue_pair()) answer(*on);
+    on->close();
   }
 
   // A disconnect answered, so the peer's ends now (one already made, or a
@@ -286,35 +304,44 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
     if (current == on) current.reset();
   }
 
-  // Passive: the peer asks again. Taken by the attempt waiting for it; else
-  // kept for the next (a newer request replaces it). The peer asks again
-  // only once it has given up its side: a request being accepted is dead
-  // (that attempt failed, the next takes this one), and a session that is
-  // up goes down.
+  // Passive: the peer asks again. Taken by the attempt waiting for it;
+  // else kept for the next (a newer request replaces it), which starts now
+  // (ConnectionHealth::retry_now). The peer asks again only once it has
+  // given up its side: a request being accepted is dead (that attempt
+  // fails, the next takes this one), and a session that is up goes down.
   void requested(std::shared_ptr<CmId> request) {
-    std::optional<RecoveryAttempt> waiting_attempt, accepting;
-    std::shared_ptr<CmId> dropped;
+    std::optional<RecoveryAttempt> attempt;
     std::shared_ptr<ConnectionHealth> told;
     std::uint64_t at;
+    bool accepting = false;
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (closed) return;  // `request` dropped: rejected
       at = tries;
-      if (in_progress && !current) {
-        waiting_attempt = in_progress;
-      } else {
-        dropped = std::move(waiting);
-        waiting = request;
-        if (in_progress) accepting = in_progress;
-      }
+      attempt = in_progress;
+      accepting = current != nullptr;
       told = health.lock();
     }
+    // Taken by the attempt waiting for it, if it still is (a cause since
+    // made it stale: the next attempt takes the request).
+    if (attempt && !accepting && attempt->current()) {
+      return accept(at, std::move(request), *attempt);
+    }
+    std::shared_ptr<CmId> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (closed) return;
+      dropped = std::move(waiting);
+      waiting = std::move(request);
+    }
     if (dropped) dropped->close();  // rejected
-    if (waiting_attempt) return accept(at, std::move(request), *waiting_attempt);
-    if (accepting) return fail(at, *accepting, "the peer asked again");
-    if (told && told->state() == ConnectionState::kUp) {
+    if (attempt && accepting) return fail(at, *attempt, "the peer asked again");
+    if (!told) return;
+    if (told->state() == ConnectionState::kUp) {
       told->cause(HealthCause{HealthSource::kCmEvent, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
                               "RDMA_CM_EVENT_CONNECT_REQUEST: the peer connects again"});
+    } else {
+      told->retry_now();
     }
   }
 
@@ -344,10 +371,7 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
       in_progress.reset();
       std::swap(timer, connect_timer);
     }
-    for (auto& on : ids) {
-      if (on && on->queue_pair()) answer(*on);
-    }
-    close_all(ids);
+    for (auto& on : ids) hang_up(on);
     if (on_close) on_close();
   }
 
@@ -516,6 +540,15 @@ struct CmAcceptorState : std::enable_shared_from_this<CmAcceptorState> {
 
   void heard(const CmEvent& event) {
     if (event.code == RDMA_CM_EVENT_CONNECT_REQUEST) return request(event);
+    if (auto listening = listener.lock(); listening && listening.get() == event.id) {
+      if (event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+        // Closed, so the device can go; nothing is accepted here any more.
+        channel->dispatcher().registry().report(Failure::verb_failed(
+            "CmAcceptor", ENODEV, "the listener's device was removed: it listens no more"));
+        listening->close();
+      }
+      return;
+    }
     std::shared_ptr<CmLink> link;
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -526,6 +559,7 @@ struct CmAcceptorState : std::enable_shared_from_this<CmAcceptorState> {
   }
 
   std::shared_ptr<CmEventChannel> channel;
+  std::weak_ptr<CmId> listener;  // the CmAcceptor holds it
   CmAcceptor::OnSession on_session;
   CmAcceptor::OnChange on_change;
   CmAcceptor::Options options;
@@ -611,6 +645,7 @@ std::shared_ptr<CmAcceptor> CmAcceptor::listen(std::shared_ptr<CmEventChannel> c
   // Held by the listener's handler, which its child ids' events reach too:
   // a session is routed its events after the acceptor is closed.
   auto listener = CmId::create(channel, [state](const CmEvent& event) { state->heard(event); });
+  state->listener = listener;
   listener->listen(address, state->options.backlog);
   return std::make_shared<CmAcceptor>(Token{}, std::move(state), std::move(listener));
 }

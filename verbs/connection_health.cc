@@ -150,8 +150,9 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // `generation`: what they hear counts while that wiring is the current.
   std::vector<Handle> wire(const std::shared_ptr<QueuePair>& connection, std::uint8_t on_port,
                            std::uint64_t generation) {
-    const Handler listener = [weak = weak_from_this(), generation](const Event& event) {
-      if (auto self = weak.lock()) self->hear(event, generation);
+    const Handler listener = [weak = weak_from_this(), generation,
+                              heard_qp = std::weak_ptr<QueuePair>(connection)](const Event& event) {
+      if (auto self = weak.lock()) self->hear(event, generation, heard_qp);
     };
     const EventFilter qp_causes{IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR,
                                 IBV_EVENT_PATH_MIG_ERR};
@@ -183,7 +184,12 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     return heard;
   }
 
-  void hear(const Event& event, std::uint64_t generation) {
+  // An event of `heard_qp` (the QP a wiring was made for: the current one,
+  // or, during a replace, the one about to be).
+  void hear(const Event& event, std::uint64_t generation,
+            const std::weak_ptr<QueuePair>& heard_qp) {
+    const auto open = heard_qp.lock();
+    if (!open || open->get() == nullptr) return;
     if (event.code() == IBV_EVENT_PORT_ACTIVE) {
       port_came_back(generation);
       return;
@@ -193,7 +199,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     std::optional<Failure> failed;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (generation != wiring || !qp_open()) return;
+      if (generation != wiring) return;
       const bool fatal = event.code() == IBV_EVENT_DEVICE_FATAL;
       if (fatal) device_gone = true;
       if (auto change = health.cause(std::move(*cause))) changed(std::move(*change));
@@ -454,8 +460,9 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
         // the next forward.
         if (mode == Mode::kReconnect) wait = schedule->policy().max_delay;
       } else {
-        wait = at_once ? std::chrono::milliseconds(0) : *decision.delay;
+        wait = at_once || soon ? std::chrono::milliseconds(0) : *decision.delay;
       }
+      soon = false;
       if (new_outage && !failed) outage_at = ++outage;
     }
     if (failed) return registry->report(*failed);
@@ -468,6 +475,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     if (wait) arm_attempt(*wait, at);
   }
 
+  // In place, the attempt waited for starts after its wait. A QP to be
+  // replaced: the way back is there now (retry_now()).
   void port_came_back(std::uint64_t generation) {
     std::optional<std::chrono::milliseconds> wait;
     std::uint64_t at;
@@ -477,7 +486,34 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
       std::swap(wait, pending);
       at = step;
     }
+    if (mode == Mode::kReconnect) return retry_now("PORT_ACTIVE");
     if (wait) arm_attempt(*wait, at);
+  }
+
+  // The way to the peer is back (`why`): an attempt waited for starts now;
+  // one in progress since before (its requests into a dead link, say)
+  // fails, and the next starts now.
+  void retry_now(const std::string& why) {
+    std::uint64_t at;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (stopped || !reconnecter) return;
+      const ConnectionState state = health.state();
+      if (state == ConnectionState::kRecovering) {
+        soon = true;
+        if (auto change = health.cause(HealthCause{
+                HealthSource::kRecovery, 0, 0,
+                "attempt " + std::to_string(schedule->attempts() + 1) + ": " + why +
+                    " came during it"})) {
+          changed(std::move(*change));
+        }
+        return;
+      }
+      if (state != ConnectionState::kDown) return;
+      pending.reset();
+      at = step;
+    }
+    arm_attempt(std::chrono::milliseconds(0), at);
   }
 
   // The outage `at_outage` has lasted give_up_after, if it still goes on.
@@ -571,6 +607,10 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
         if (auto self = weak.lock()) self->drained(at, error);
       });
     } catch (const std::exception& e) {
+      // A QP to be replaced is replaced all the same (drained() says why).
+      if (mode == Mode::kReconnect) {
+        return drained(at, std::error_code(errno_of(e), std::generic_category()));
+      }
       attempt_failed(at, "drain: " + std::string(e.what()), errno_of(e));
     }
   }
@@ -726,6 +766,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   std::uint64_t step = 0;    // every change and every step moves it
   std::uint64_t outage = 0;  // every outage begun moves it
   std::optional<std::chrono::milliseconds> pending;  // an attempt's wait, until PORT_ACTIVE
+  bool soon = false;  // retry_now() failed the attempt: the next one without a wait
   Handle retry_timer;
   Handle give_up_timer;
 };
@@ -733,7 +774,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
 Attempt::~Attempt() {
   if (settled) return;
   if (auto shared = health.lock()) {
-    shared->attempt_failed(step, "abandoned: neither connect() nor fail() was called", 0);
+    shared->attempt_failed(step, "abandoned: none of connect(), replace() or fail() was called",
+                           0);
   }
 }
 
@@ -1012,9 +1054,11 @@ void ConnectionHealth::close() noexcept {
   // the health's, no QP replaced) while the listeners and timers are let go.
   shared_->stop();
   std::vector<Handle> listeners;  // the QP's events', the last a replace made included
+  std::shared_ptr<QueuePair> qp;  // let go, as close() promises
   {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     listeners.swap(shared_->listeners);
+    qp.swap(shared_->qp);
   }
   for (Handle& handle : listeners) handle.release();
   for (auto it = heard.rbegin(); it != heard.rend(); ++it) it->release();
@@ -1069,6 +1113,13 @@ void RecoveryAttempt::replace(std::shared_ptr<QueuePair> qp) const {
     throw;
   }
 }
+
+bool RecoveryAttempt::current() const {
+  auto shared = attempt_->health.lock();
+  return !attempt_->settled && shared && shared->still(attempt_->step);
+}
+
+void ConnectionHealth::retry_now() { shared_->retry_now("retry_now()"); }
 
 void RecoveryAttempt::fail(const std::string& why) const {
   attempt_->settle("RecoveryAttempt::fail");

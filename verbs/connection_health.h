@@ -64,9 +64,9 @@
 // delivered) hands the old QP over, and the application (or
 // cm/cm_session.h) brings a new one, on whatever device now reaches
 // the peer, with attempt.replace(); a DEVICE_FATAL is then one more cause,
-// and while the old QP's port is down, attempts go on every max_delay
-// (PORT_ACTIVE bringing the next forward), for the peer may be reached
-// another way.
+// and while the old QP's port is down, attempts go on every max_delay,
+// for the peer may be reached another way; PORT_ACTIVE fails an attempt
+// in progress (made into a dead link) and starts the next at once.
 // Requests posted through post_send() that
 // were not delivered (their own completion an error or a flush, or none by
 // the end of the drain) are listed in the attempt, in posting order, to be
@@ -85,7 +85,8 @@
 // core/handle.h (waiting for a running call unless it is that call's own
 // thread), and the reconnect callback likewise; after it nothing is heard or
 // told, and an attempt still held connects nothing (ECANCELED). Holds the
-// QP (the latest); the Dispatcher must outlive it, as every ibev object's.
+// QP (the latest) until close(); the Dispatcher must outlive it, as every
+// ibev object's.
 #ifndef IBEV_VERBS_CONNECTION_HEALTH_H_
 #define IBEV_VERBS_CONNECTION_HEALTH_H_
 
@@ -155,6 +156,8 @@ class RecoveryAttempt {
   // The attempt failed, `why` (the peer did not answer, say): the next is
   // scheduled. Throws std::system_error EALREADY as connect() does.
   void fail(const std::string& why) const;
+  // Not settled, and the recovery still on it (no cause since, not closed).
+  bool current() const;
   // Mode::kReconnect: the connection is up again on `qp`, a new RC QP in
   // RTS and connected (through the CM, say), on the same Dispatcher; from
   // now on its events, port and completions are the connection's, and the
@@ -255,6 +258,11 @@ class ConnectionHealth {
   // up (nothing posted: send it once up) or with no QP yet.
   void post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr = nullptr);
   void cause(HealthCause cause);
+  // With recovery: the way to the peer is back (a reconnecting peer's
+  // request, a route): an attempt waited for starts now, and one in
+  // progress fails (a cause), the next starting at once. PORT_ACTIVE does
+  // this by itself with Mode::kReconnect.
+  void retry_now();
   void recovering();
   void up();
   void fail(HealthCause cause);

@@ -412,11 +412,14 @@ bool heal_a_session(ibev::Dispatcher& dispatcher, const std::string& device_name
   const bool one_outage_each = count("client: down (IBV_EVENT_PORT_ERR)") == 1 &&
                                count("server: down (IBV_EVENT_PORT_ERR)") == 1;
   std::printf("  healed: %s\n", ok && one_outage_each ? "yes" : "NO");
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    client.reset();
-    server.reset();
+  std::shared_ptr<ibev::CmSession> client_side, server_side;  // let go after the lock:
+  {                                                            // a closing session waits
+    std::lock_guard<std::mutex> lock(mutex);                   // for its handler, which
+    client_side.swap(client);                                  // takes the lock
+    server_side.swap(server);
   }
+  server_side.reset();
+  client_side.reset();
   made->close();
   acceptor->close();
   return ok && one_outage_each;

@@ -87,10 +87,12 @@ struct SessionServer {
 
 struct SessionClient {
   SessionClient(Env& env, std::shared_ptr<CmEventChannel> channel, std::uint16_t port,
-         std::uint64_t id = 42, std::chrono::milliseconds give_up_after = 20s)
+                std::uint64_t id = 42, std::chrono::milliseconds give_up_after = 20s,
+                std::chrono::milliseconds connect_timeout = 5s)
       : messenger(env) {
     CmSession::Options options;
     options.id = id;
+    options.connect_timeout = connect_timeout;
     options.make_qp = qp_for(env, messenger);
     options.health.recovery.policy = quick_recovery(give_up_after);
     session = CmSession::connect(
@@ -207,7 +209,7 @@ BOOST_AUTO_TEST_CASE(sessions_of_one_acceptor_are_told_apart_by_their_id) {
 BOOST_AUTO_TEST_CASE(a_server_session_takes_its_restarted_peer_back_or_gives_up_on_it) {
   Env env(test_device());
   auto channel = CmEventChannel::create(env.dispatcher);
-  SessionServer server(env, channel, 1500ms);
+  SessionServer server(env, channel, 4000ms);  // time for a new client, under TCG and TSan
   {
     SessionClient first(env, channel, server.port(), 7);
     BOOST_REQUIRE_MESSAGE(server.log.wait_count("server: up", 1, 20s), server.log.text());
@@ -228,7 +230,7 @@ BOOST_AUTO_TEST_CASE(a_server_session_takes_its_restarted_peer_back_or_gives_up_
   BOOST_TEST(server.acceptor->sessions() == 0u);
   const auto errors = env.errors();
   BOOST_TEST(errors.size() == 1u, joined(errors) + " | " + server.messenger.log.text() + " | " + server.log.text());
-  BOOST_TEST(joined(errors).find("not recovered in 1500 ms") != std::string::npos,
+  BOOST_TEST(joined(errors).find("not recovered in 4000 ms") != std::string::npos,
              joined(errors));
 }
 
@@ -250,6 +252,38 @@ BOOST_AUTO_TEST_CASE(a_client_whose_server_is_gone_fails_after_give_up_after) {
   BOOST_TEST(errors.size() == 1u, joined(errors));
   BOOST_TEST(joined(errors).find("not recovered in 1500 ms") != std::string::npos,
              joined(errors));
+}
+
+// A server whose CM takes the request and never answers it (a listener
+// that keeps its new ids): each attempt fails after connect_timeout, its id
+// closed (the server's id hears nothing more of it), and the next one sends
+// a new request.
+BOOST_AUTO_TEST_CASE(an_attempt_never_answered_fails_after_connect_timeout) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  std::mutex mutex;
+  std::vector<std::shared_ptr<CmId>> held;  // requests neither accepted nor rejected
+  auto listener = CmId::create(channel, [&](const CmEvent& event) {
+    if (event.code != RDMA_CM_EVENT_CONNECT_REQUEST) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    held.push_back(event.new_id);
+  });
+  listener->listen(CmAddress::parse(cm_host(), 0), 4);
+  SessionClient client(env, channel, listener->local_address().port(), 42, 20s, 300ms);
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("client cause: attempt 2: not ESTABLISHED in 300 ms",
+                                              1, 20s),
+                        client.log.text());
+  BOOST_TEST(client.log.count("client cause: attempt 1: not ESTABLISHED in 300 ms") == 1u,
+             client.log.text());
+  BOOST_TEST(client.log.count("client: up") == 0u);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    BOOST_TEST(held.size() >= 2u);  // a new request each attempt
+  }
+  client.session->close();
+  listener->close();
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto& id : held) id->close();
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_is_refused_and_a_request_without_a_session_id_rejected) {

@@ -946,4 +946,32 @@ BOOST_AUTO_TEST_CASE(a_replaced_qp_is_the_connection_s_from_then_on) {
   link.health->close();
 }
 
+// With recovery, nothing is posted while the connection is not up: it
+// would reach no attempt's undelivered(). A connection its recovery makes
+// has no QP until its first attempt brings one.
+BOOST_AUTO_TEST_CASE(post_send_is_refused_while_a_recovering_connection_is_not_up) {
+  Env env{test_device()};
+  Changes changes;
+  Attempts attempts;
+  std::mutex mutex;
+  std::optional<RecoveryAttempt> held;
+  auto options = recovering(attempts, [&](const RecoveryAttempt& attempt) {
+    std::lock_guard<std::mutex> lock(mutex);
+    held = attempt;  // never settled while the test looks
+  });
+  options.recovery.mode = ConnectionHealth::Options::Recovery::Mode::kReconnect;
+  options.initial = S::kDown;
+  auto health = ConnectionHealth::create(env.dispatcher, changes.handler(), options);
+  BOOST_REQUIRE(eventually([&] { return health->state() == S::kRecovering; }));
+  BOOST_TEST(health->queue_pair() == nullptr);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  expect_throw<std::system_error>([&] { health->post_send(wr, &bad); },
+                                  "ConnectionHealth::post_send: the connection is not up");
+  BOOST_TEST(bad == &wr);
+  health->close();
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <system_error>
 #include <string>
 #include <thread>
 #include <utility>
@@ -100,7 +101,25 @@ void Numbered::resend() {
     std::lock_guard<std::mutex> lock(mutex_);
     again.swap(undelivered_);
   }
-  for (std::uint64_t seq : again) send(seq);
+  for (auto seq = again.begin(); seq != again.end(); ++seq) {
+    try {
+      send(*seq);
+    } catch (const std::system_error&) {
+      // Down again: the rest waits for the next up (the next attempt lists
+      // these too, unless it was made before they were taken here).
+      std::lock_guard<std::mutex> lock(mutex_);
+      undelivered_.insert(undelivered_.begin(), seq, again.end());
+      return;
+    }
+  }
+}
+
+std::string state_line(const HealthChange& change) {
+  std::string line(to_string(change.to));
+  if (change.to != ConnectionState::kUp && !change.cause.what.empty()) {
+    line += ": " + change.cause.what;
+  }
+  return line;
 }
 
 void Numbered::post_recv(QueuePair& qp, std::uint64_t slot) {

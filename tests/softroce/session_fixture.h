@@ -28,6 +28,9 @@ namespace ibev::testing {
 // after `give_up_after`.
 RecoveryPolicy quick_recovery(std::chrono::milliseconds give_up_after);
 
+// "up", "down: CAUSE", "recovering": a change as the two-host tests log it.
+std::string state_line(const HealthChange& change);
+
 class Numbered {
  public:
   explicit Numbered(Env& env);

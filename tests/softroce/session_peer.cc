@@ -68,11 +68,7 @@ int main(int argc, char** argv) {
         tell("session " + std::to_string(session->id()));
       },
       [&](std::uint64_t, const HealthChange& change) {
-        std::string line = "state " + std::string(to_string(change.to));
-        if (change.to != ConnectionState::kUp && !change.cause.what.empty()) {
-          line += ": " + change.cause.what;
-        }
-        tell(line);
+        tell("state " + state_line(change));
         if (change.to == ConnectionState::kUp) side.resend();
       },
       options);

@@ -1,11 +1,11 @@
-// A connection's path, top-down: its health (Mode::kReconnect) calls
+// A session's path, top-down: its health (Mode::kReconnect) calls
 // attempt() once per attempt, after the old QP is drained; the attempt
 // closes the old id and makes the new one (active: resolve, route, MakeQp,
 // connect; passive: MakeQp, accept the peer's request, or wait for one);
 // heard() takes the id's CM events, and ESTABLISHED replaces the health's
-// QP, bringing the connection up. A CM event of an id the connection has
-// moved on from is not its news. Then the acceptor: a request is routed by
-// the connection id in its private data, a child id's events by the id.
+// QP, bringing the session up. A CM event of an id the session has moved
+// on from is not its news. Then the acceptor: a request is routed by the
+// session id in its private data's header, a child id's events by the id.
 //
 // Locking: CmAcceptorState::mutex, then CmLink::mutex (CmLink::owns), and
 // nothing under either: no CM call, no health call, no callback and no id
@@ -57,13 +57,6 @@ std::optional<std::uint64_t> id_of(const std::vector<std::uint8_t>& data) {
   return id;
 }
 
-void close_all(std::vector<std::shared_ptr<CmId>>& ids) noexcept {
-  for (auto& id : ids) {
-    if (id) id->close();
-  }
-  ids.clear();
-}
-
 }  // namespace
 
 // One session's CM side: the id of the current attempt (or connection),
@@ -85,7 +78,7 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
   // The health's reconnect: a new attempt, the old QP drained. The old id
   // goes (and with it the CM's hold on the old QP).
   void attempt(const RecoveryAttempt& next) {
-    std::vector<std::shared_ptr<CmId>> old;
+    std::shared_ptr<CmId> old;
     std::shared_ptr<CmId> request;
     std::uint64_t at;
     {
@@ -93,13 +86,13 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
       if (closed) return;  // dropped: abandoned, and stale anyway
       at = ++tries;
       in_progress = next;
-      old.push_back(std::move(current));
+      std::swap(old, current);
       if (role == Role::kPassive) {
         std::swap(request, waiting);
         current = request;  // accepting it from now on: a newer request fails this attempt
       }
     }
-    close_all(old);
+    hang_up(old);
     if (role == Role::kActive) return resolve(at, next);
     if (request) accept(at, std::move(request), next);
     // else: waiting for the peer's request (or give_up_after)
@@ -308,7 +301,8 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
   // else kept for the next (a newer request replaces it), which starts now
   // (ConnectionHealth::retry_now). The peer asks again only once it has
   // given up its side: a request being accepted is dead (that attempt
-  // fails, the next takes this one), and a session that is up goes down.
+  // fails, and the next, at once, takes this one), and a session that is
+  // up goes down.
   void requested(std::shared_ptr<CmId> request) {
     std::optional<RecoveryAttempt> attempt;
     std::shared_ptr<ConnectionHealth> told;
@@ -335,7 +329,7 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
       waiting = std::move(request);
     }
     if (dropped) dropped->close();  // rejected
-    if (attempt && accepting) return fail(at, *attempt, "the peer asked again");
+    if (attempt && accepting) fail(at, *attempt, "the peer asked again");
     if (!told) return;
     if (told->state() == ConnectionState::kUp) {
       told->cause(HealthCause{HealthSource::kCmEvent, RDMA_CM_EVENT_CONNECT_REQUEST, 0,

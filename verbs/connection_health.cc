@@ -511,6 +511,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
       }
       if (state != ConnectionState::kDown) return;
       pending.reset();
+      soon = true;  // a supervise still to run arms no wait either
       at = step;
     }
     arm_attempt(std::chrono::milliseconds(0), at);
@@ -589,6 +590,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (!current(at) || health.state() != ConnectionState::kDown) return;
+      if (attempted && *attempted == at) return;  // two timers for one step (retry_now, supervise)
+      attempted = at;
       connection = qp;
       if (mode == Mode::kReconnect && (!qp_open() || device_gone)) connection.reset();
     }
@@ -766,7 +769,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   std::uint64_t step = 0;    // every change and every step moves it
   std::uint64_t outage = 0;  // every outage begun moves it
   std::optional<std::chrono::milliseconds> pending;  // an attempt's wait, until PORT_ACTIVE
-  bool soon = false;  // retry_now() failed the attempt: the next one without a wait
+  bool soon = false;  // retry_now(): the next attempt without a wait
+  std::optional<std::uint64_t> attempted;  // the step whose attempt has started
   Handle retry_timer;
   Handle give_up_timer;
 };

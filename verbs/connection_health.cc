@@ -228,8 +228,11 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   };
 
   // Every interval, on the Dispatcher's thread: while up, a probe, unless
-  // one is out; one out for `misses` intervals is a cause. Timed from its
-  // post, not by ticks counted: a busy loop runs late ticks once.
+  // one is out. With one out, `misses` intervals since the peer was last
+  // heard (a probe answered, or the connection came up) are a cause: timed
+  // from that, not from the probe's post (a probe leaves up to an interval
+  // after the peer went, which would stretch the bound to misses + 1
+  // intervals), and not by ticks counted (a busy loop runs late ticks once).
   void tick() {
     const auto now = std::chrono::steady_clock::now();
     std::shared_ptr<QueuePair> connection;
@@ -238,8 +241,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
       if (stopped || health.state() != ConnectionState::kUp || !qp_open()) return;
       if (probe) {
         // Half an interval early still counts: ticks come a little late
-        // or a little early, the probe was sent at one.
-        if (now - probe->sent + keepalive.interval / 2 < keepalive.interval * keepalive.misses) {
+        // or a little early, and the last answer came just after one.
+        if (now - heard_from + keepalive.interval / 2 < keepalive.interval * keepalive.misses) {
           return;
         }
         if (auto change = health.cause(HealthCause{
@@ -293,6 +296,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     ++stats.answered;
     done = std::move(probe);
     probe.reset();
+    if (wc.status == IBV_WC_SUCCESS) heard_from = std::chrono::steady_clock::now();
     if (wc.status == IBV_WC_SUCCESS || wc.status == IBV_WC_WR_FLUSH_ERR) return;
     if (auto change = health.cause(HealthCause{
             HealthSource::kKeepalive, static_cast<int>(wc.status), wc.wr_id,
@@ -356,6 +360,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     {
       std::lock_guard<std::mutex> lock(mutex);
       std::swap(out, probe);
+      heard_from = std::chrono::steady_clock::now();
     }
     give_up(std::move(out));
   }
@@ -760,6 +765,8 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // The keepalive's, under `mutex`.
   bool stopped = false;
   std::optional<Probe> probe;  // out, not yet answered
+  // The peer last heard: a probe answered, or the connection up.
+  std::chrono::steady_clock::time_point heard_from = std::chrono::steady_clock::now();
   KeepaliveStats stats;
   // The deadlines' and the recovery's, under `mutex`.
   std::atomic<bool> tracking{false};  // post_send() was used: completions are looked at

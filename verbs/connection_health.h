@@ -20,12 +20,14 @@
 // a zero-length RDMA write (no memory, no receive consumed at the peer),
 // signaled, unless the last one is still out; its completion is taken by
 // ibev (Dispatcher::take_completion: the CQ's handler never sees it). A
-// probe still unanswered `misses` intervals after it was sent is a cause
+// probe unanswered when `misses` intervals have passed since the peer was
+// last heard (its last probe answered, or the connection up) is a cause
 // (kKeepalive, code 0), as is one that completes with an error (kKeepalive,
 // code its ibv_wc_status): a peer whose process died, whose host went or
 // whose cable was pulled is noticed while no traffic flows, without
-// spinning (one periodic timer of the Dispatcher), within (misses + 1) x
-// interval: the probe that finds it gone leaves at most an interval after.
+// spinning (one periodic timer of the Dispatcher), within interval x misses
+// of its last answer (and so of its end), give or take half an interval
+// of timer slack; never before (misses - 1) x interval.
 // A probe out when the health closes, or comes up again, is still taken for
 // interval x misses and 5 s more. A probe takes one send queue entry, so leave one free in the
 // QP's capabilities; it is posted from the Dispatcher's thread (rdma-core's

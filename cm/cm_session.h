@@ -62,7 +62,10 @@ struct CmAcceptorState;
 // The QP for one attempt of a connection: an RC QP on `id`'s device
 // (id.device_name()), its CQs served by the channel's Dispatcher. Take it to
 // INIT with id.init_qp() and post its receives before returning it. Throw
-// to fail the attempt.
+// to fail the attempt. The device may not be the last attempt's: after a
+// removal and re-add, the old ibev Device is lost with all made on it, and
+// the new one is opened here (Device::open by name), with its own
+// protection domain, memory regions and CQs.
 using MakeQp =
     std::function<std::shared_ptr<QueuePair>(CmId& id, const RecoveryAttempt& attempt)>;
 

@@ -20,20 +20,11 @@ RecoveryPolicy quick_recovery(std::chrono::milliseconds give_up_after) {
 }
 
 Numbered::Numbered(Env& env)
-    : env_(env),
-      memory_((kSendSlots + kRecvSlots) * kSlot),
-      mr_(MemoryRegion::create(env.pd, memory_.data(), memory_.size(), IBV_ACCESS_LOCAL_WRITE)) {
-  CompletionQueue::Options options;
-  options.cqe = 512;
-  cq_ = CompletionQueue::create(
-      env.device,
-      [this](const CompletionBatch& batch) {
-        for (const ibv_wc& wc : batch) completed(wc);
-      },
-      nullptr, options);
+    : env_(env), memory_((kSendSlots + kRecvSlots) * kSlot) {
+  on_devices_.push_back(make_on(env.device, env.pd));
 }
 
-// The session before the CQ its QPs complete on, and the QPs too: what the
+// The session before the CQs its QPs complete on, and the QPs too: what the
 // Dispatcher still holds for a moment (a drain under way, a reconnect task
 // not run yet) lets go within seconds. A CQ closed under a QP is not
 // destroyed (EBUSY), and ASan calls it a leak.
@@ -52,18 +43,49 @@ Numbered::~Numbered() {
       std::this_thread::sleep_for(10ms);
     }
   }
-  cq_->close();
+  for (const auto& on : on_devices_) on->cq->close();
+}
+
+std::shared_ptr<Numbered::OnDevice> Numbered::make_on(std::shared_ptr<Device> device,
+                                                      std::shared_ptr<ProtectionDomain> pd) {
+  auto on = std::make_shared<OnDevice>();
+  on->device = std::move(device);
+  on->pd = std::move(pd);
+  on->mr = MemoryRegion::create(on->pd, memory_.data(), memory_.size(), IBV_ACCESS_LOCAL_WRITE);
+  CompletionQueue::Options options;
+  options.cqe = 512;
+  on->cq = CompletionQueue::create(
+      on->device,
+      [this, at = on.get()](const CompletionBatch& batch) {
+        for (const ibv_wc& wc : batch) completed(at, wc);
+      },
+      nullptr, options);
+  return on;
+}
+
+std::shared_ptr<Numbered::OnDevice> Numbered::on_device(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto& on = on_devices_.back();
+    if (on->device->name() == name && on->device->loss() == DeviceLoss::kNone) return on;
+  }
+  auto device = Device::open(env_.dispatcher, name);
+  auto on = make_on(device, ProtectionDomain::create(device));
+  std::lock_guard<std::mutex> lock(mutex_);
+  on_devices_.push_back(on);
+  return on;
 }
 
 MakeQp Numbered::make_qp() {
   return [this](CmId& id, const RecoveryAttempt& attempt) {
+    const auto on = on_device(id.device_name());
     QueuePairOptions options;
-    options.send_cq = cq_;
-    options.recv_cq = cq_;
+    options.send_cq = on->cq;
+    options.recv_cq = on->cq;
     options.cap = ibv_qp_cap{64, kRecvSlots, 1, 1, 0};
-    auto qp = QueuePair::create(env_.pd, {}, options);
+    auto qp = QueuePair::create(on->pd, {}, options);
     id.init_qp(*qp);
-    for (std::uint64_t slot = 0; slot < kRecvSlots; ++slot) post_recv(*qp, slot);
+    for (std::uint64_t slot = 0; slot < kRecvSlots; ++slot) post_recv(*qp, *on->mr, slot);
     std::lock_guard<std::mutex> lock(mutex_);
     undelivered_ = attempt.undelivered();
     made_.push_back(qp);
@@ -78,14 +100,16 @@ void Numbered::attach(std::shared_ptr<CmSession> session) {
 
 void Numbered::send(std::uint64_t seq) {
   std::shared_ptr<CmSession> session;
+  std::shared_ptr<MemoryRegion> mr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     session = session_;
+    mr = on_devices_.back()->mr;
   }
   char* slot = memory_.data() + (seq % kSendSlots) * kSlot;
   const int length = std::snprintf(slot, kSlot, "seq %llu", static_cast<unsigned long long>(seq));
   ibv_sge sge{reinterpret_cast<std::uintptr_t>(slot), static_cast<std::uint32_t>(length + 1),
-              mr_->lkey()};
+              mr->lkey()};
   ibv_send_wr wr{};
   wr.wr_id = seq;
   wr.sg_list = &sge;
@@ -122,9 +146,9 @@ std::string state_line(const HealthChange& change) {
   return line;
 }
 
-void Numbered::post_recv(QueuePair& qp, std::uint64_t slot) {
+void Numbered::post_recv(QueuePair& qp, const MemoryRegion& mr, std::uint64_t slot) {
   ibv_sge sge{reinterpret_cast<std::uintptr_t>(memory_.data() + (kSendSlots + slot) * kSlot),
-              kSlot, mr_->lkey()};
+              kSlot, mr.lkey()};
   ibv_recv_wr wr{};
   wr.wr_id = slot;
   wr.sg_list = &sge;
@@ -137,15 +161,19 @@ void Numbered::say(const std::string& line) {
   if (echo) echo(line);
 }
 
-// On the dispatching thread. A receive is reposted on the session's QP if
-// it is still the one that received it.
-void Numbered::completed(const ibv_wc& wc) {
+// On the dispatching thread, from the CQ on `on`'s device. A receive is
+// reposted on the session's QP if it is still the one that received it.
+// Only the current device's completions are the health's: QP numbers are
+// per device, so an old device's QP may carry the current QP's number.
+void Numbered::completed(const OnDevice* on, const ibv_wc& wc) {
   std::shared_ptr<CmSession> session;
+  bool current = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     session = session_;
+    current = on_devices_.back().get() == on;
   }
-  if (session) session->health().completion(wc);
+  if (session && current) session->health().completion(wc);
   if (wc.status == IBV_WC_WR_FLUSH_ERR) return;
   if (wc.status != IBV_WC_SUCCESS) return say(std::string("error ") + ibv_wc_status_str(wc.status));
   if ((wc.opcode & IBV_WC_RECV) == 0) {
@@ -156,8 +184,9 @@ void Numbered::completed(const ibv_wc& wc) {
   const std::string text(memory_.data() + (kSendSlots + wc.wr_id) * kSlot);
   unsigned long long seq = 0;
   const bool numbered = std::sscanf(text.c_str(), "seq %llu", &seq) == 1;
-  if (auto qp = session ? session->queue_pair() : nullptr; qp && qp->qp_num() == wc.qp_num) {
-    post_recv(*qp, wc.wr_id);
+  if (auto qp = session ? session->queue_pair() : nullptr;
+      qp && current && qp->qp_num() == wc.qp_num) {
+    post_recv(*qp, *on->mr, wc.wr_id);
   }
   if (!numbered) return say(std::string("received garbage: ") + text);
   {
@@ -180,6 +209,13 @@ std::size_t Numbered::duplicates() {
 std::vector<std::chrono::steady_clock::time_point> Numbered::sent_times() {
   std::lock_guard<std::mutex> lock(mutex_);
   return sent_;
+}
+
+std::vector<std::shared_ptr<Device>> Numbered::devices() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<Device>> devices;
+  for (const auto& on : on_devices_) devices.push_back(on->device);
+  return devices;
 }
 
 }  // namespace ibev::testing

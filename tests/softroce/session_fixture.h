@@ -5,7 +5,10 @@
 // as an application that wants its messages does. The receiving side keeps
 // the numbers it got and how many came twice (a message delivered whose ack
 // the outage lost is sent again: the application, not the transport, drops
-// the copy).
+// the copy). Its verbs objects follow the session's device: an attempt on
+// another device than the last (the old one removed and re-added, say)
+// opens that device and makes its own protection domain, memory region and
+// CQ there, as an application that survives a device's removal does.
 #ifndef IBEV_TESTS_SOFTROCE_SESSION_FIXTURE_H_
 #define IBEV_TESTS_SOFTROCE_SESSION_FIXTURE_H_
 
@@ -36,8 +39,9 @@ class Numbered {
   explicit Numbered(Env& env);
   ~Numbered();
 
-  // Each attempt's QP on this side's CQ, taken to INIT through the id, its
-  // receives posted; the attempt's undelivered kept for resend().
+  // Each attempt's QP on this side's CQ on the id's device, taken to INIT
+  // through the id, its receives posted; the attempt's undelivered kept for
+  // resend().
   MakeQp make_qp();
   // The session whose health hears this side's completions.
   void attach(std::shared_ptr<CmSession> session);
@@ -50,6 +54,8 @@ class Numbered {
   std::size_t duplicates();
   // The success completions of sends, with when they came.
   std::vector<std::chrono::steady_clock::time_point> sent_times();
+  // The devices its verbs objects were made on, the first (Env's) first.
+  std::vector<std::shared_ptr<Device>> devices();
 
   // "received N", "error STATUS", each also given to `echo` if set.
   Lines log;
@@ -59,13 +65,24 @@ class Numbered {
   static constexpr std::size_t kSlot = 64;
   static constexpr std::size_t kSendSlots = 256;
   static constexpr std::size_t kRecvSlots = 32;
-  void completed(const ibv_wc& wc);
-  void post_recv(QueuePair& qp, std::uint64_t slot);
+  // What the messages need on one device.
+  struct OnDevice {
+    std::shared_ptr<Device> device;
+    std::shared_ptr<ProtectionDomain> pd;
+    std::shared_ptr<MemoryRegion> mr;
+    std::shared_ptr<CompletionQueue> cq;
+  };
+  std::shared_ptr<OnDevice> make_on(std::shared_ptr<Device> device,
+                                    std::shared_ptr<ProtectionDomain> pd);
+  // The current one if `name` is its device and that device is not lost,
+  // else one made anew on the device `name` now is.
+  std::shared_ptr<OnDevice> on_device(const std::string& name);
+  void completed(const OnDevice* on, const ibv_wc& wc);
+  void post_recv(QueuePair& qp, const MemoryRegion& mr, std::uint64_t slot);
   void say(const std::string& line);
 
   Env& env_;
   std::vector<char> memory_;
-  std::shared_ptr<MemoryRegion> mr_;
   std::mutex mutex_;
   std::shared_ptr<CmSession> session_;
   std::vector<std::uint64_t> undelivered_;
@@ -73,7 +90,8 @@ class Numbered {
   std::size_t duplicates_ = 0;
   std::vector<std::chrono::steady_clock::time_point> sent_;
   std::vector<std::weak_ptr<QueuePair>> made_;
-  std::shared_ptr<CompletionQueue> cq_;  // last: its handler uses the above
+  // Every one made, the current last: their CQs' handlers use the above.
+  std::vector<std::shared_ptr<OnDevice>> on_devices_;
 };
 
 }  // namespace ibev::testing

@@ -164,6 +164,52 @@ void plug_in() {
               "/128 dev " + test_netdev2() + " table 11");
 }
 
+// Numbered messages, one every 20 ms while the session is up, from a thread
+// of its own; what the QP refuses (in ERR, between the down and the
+// sender's look) is counted, not sent again.
+class Sender {
+ public:
+  explicit Sender(ClientSide& client)
+      : thread_([this, &client] {
+          while (sending_) {
+            if (client.session->health().state() == ConnectionState::kUp) {
+              try {
+                client.numbered.send(next_);
+                ++next_;
+              } catch (const std::exception& e) {
+                refused.add(e.what());
+              }
+            }
+            std::this_thread::sleep_for(20ms);
+          }
+        }) {}
+  ~Sender() { stop(); }
+
+  std::uint64_t next() const { return next_; }
+  // The last number sent.
+  std::uint64_t stop() {
+    sending_ = false;
+    if (thread_.joinable()) thread_.join();
+    return next_ - 1;
+  }
+
+  Lines refused;
+
+ private:
+  std::atomic<bool> sending_{true};
+  std::atomic<std::uint64_t> next_{1};
+  std::thread thread_;
+};
+
+// How many of 1..last never reached the peer.
+std::size_t missing(Peer& peer, std::uint64_t last) {
+  std::size_t missing = 0;
+  for (std::uint64_t seq = 1; seq <= last; ++seq) {
+    missing += peer.lines.count("received " + std::to_string(seq)) == 0 ? 1 : 0;
+  }
+  return missing;
+}
+
 }  // namespace
 
 // Traffic flows, the cable is pulled for 2 s and put back: each side goes
@@ -181,22 +227,7 @@ BOOST_AUTO_TEST_CASE(a_pulled_cable_heals_and_every_message_arrives) {
       });
   BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 1, 20s), client.log.text());
 
-  std::atomic<bool> sending{true};
-  std::atomic<std::uint64_t> next{1};
-  Lines refused;  // posts the QP refused (in ERR, between the down and the sender's look)
-  std::thread sender([&] {
-    while (sending) {
-      if (client.session->health().state() == ConnectionState::kUp) {
-        try {
-          client.numbered.send(next);
-          ++next;
-        } catch (const std::exception& e) {
-          refused.add(e.what());
-        }
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-  });
+  Sender sender(client);
   BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("received 10", 1, 20s), peer.lines.text());
 
   run_command("sysctl -qw net.ipv6.conf." + test_netdev2() + ".keep_addr_on_down=1");
@@ -206,11 +237,9 @@ BOOST_AUTO_TEST_CASE(a_pulled_cable_heals_and_every_message_arrives) {
   BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 2, 30s), client.log.text());
   const auto up_again = Clock::now();
   // Traffic on the new connection, then stop and let the last arrive.
-  const std::uint64_t after = next;
-  BOOST_REQUIRE(eventually([&] { return next > after + 10; }, 20s));
-  sending = false;
-  sender.join();
-  const std::uint64_t last = next - 1;
+  const std::uint64_t after = sender.next();
+  BOOST_REQUIRE(eventually([&] { return sender.next() > after + 10; }, 20s));
+  const std::uint64_t last = sender.stop();
   BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("received " + std::to_string(last), 1, 20s),
                         peer.lines.text());
 
@@ -234,18 +263,15 @@ BOOST_AUTO_TEST_CASE(a_pulled_cable_heals_and_every_message_arrives) {
   // or an accept fail, and the next attempt succeeds.
   BOOST_TEST(one_outage(client.log.starting_with(""), "IBV_EVENT_PORT_ERR"), client.log.text());
   BOOST_TEST_MESSAGE("client: " << joined(client.log.starting_with("")) << "; sends refused: "
-                                << refused.starting_with("").size());
+                                << sender.refused.starting_with("").size());
   peer.stop(SIGTERM);  // its output all read
   BOOST_TEST(one_outage(peer.states(), "IBV_EVENT_PORT_ERR"), joined(peer.states()));
   BOOST_TEST(peer.lines.count("session 42") == 1u, peer.lines.text());
   // Nothing lost: every number sent arrived (a copy counted, not kept).
-  std::size_t missing = 0;
-  for (std::uint64_t seq = 1; seq <= last; ++seq) {
-    missing += peer.lines.count("received " + std::to_string(seq)) == 0 ? 1 : 0;
-  }
-  BOOST_TEST(missing == 0u, peer.lines.text());
+  const std::size_t lost = missing(peer, last);
+  BOOST_TEST(lost == 0u, peer.lines.text());
   BOOST_TEST_MESSAGE(last << " messages; copies the receiver dropped: "
-                          << peer.lines.starting_with("received ").size() - (last - missing));
+                          << peer.lines.starting_with("received ").size() - (last - lost));
   BOOST_TEST(peer.lines.starting_with("failure").empty(), peer.lines.text());
   BOOST_TEST(client.env.errors().empty(), client.env.failures.summary());
 }
@@ -272,7 +298,7 @@ BOOST_AUTO_TEST_CASE(a_killed_peer_is_noticed_while_idle_and_its_restart_reconne
   const long long noticed_ms = ms_between(killed, Clock::now());
   const std::string cause = client.log.starting_with("down: ").front();
   BOOST_TEST_MESSAGE("the killed peer noticed in " << noticed_ms << " ms (" << cause << ")");
-  BOOST_TEST(noticed_ms <= (kMisses + 1) * kInterval.count() + 1000, cause);
+  BOOST_TEST(noticed_ms <= kMisses * kInterval.count() + 1000, cause);
 
   Peer again(port);
   BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 2, 30s), client.log.text());
@@ -285,9 +311,9 @@ BOOST_AUTO_TEST_CASE(a_killed_peer_is_noticed_while_idle_and_its_restart_reconne
 
 // The peer goes silent without a word, as a host that dies does (what it
 // sends goes to a MAC nobody has: no disconnect, no port event, no error
-// completion for seconds): the client's keepalive notices within interval x misses (plus
-// the interval the last answered probe may have left), not before
-// (misses - 1) x interval. Once the peer is heard again the client
+// completion for seconds): the client's keepalive notices within interval x
+// misses (and the time the shell takes), not before (misses - 1) x
+// interval. Once the peer is heard again the client
 // reconnects, and the server, whose session looked up, takes the request
 // naming it as its peer's return.
 BOOST_AUTO_TEST_CASE(a_silent_peer_is_noticed_by_the_keepalive_and_taken_back_by_the_server) {
@@ -298,18 +324,26 @@ BOOST_AUTO_TEST_CASE(a_silent_peer_is_noticed_by_the_keepalive_and_taken_back_by
   BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 1, 20s), client.log.text());
   BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("state up", 1, 20s), peer.lines.text());
 
-  const auto silenced = Clock::now();
+  // The peer falls silent somewhere in the shell's run: not before it
+  // starts (the lower bound is timed from there), not after it returns
+  // (the upper one).
+  const auto silencing = Clock::now();
   run_command("ip -6 neigh replace " + cm_host() + " lladdr 02:00:00:00:00:01 dev " +
               test_netdev2() + " nud permanent");
+  const auto silenced = Clock::now();
   BOOST_REQUIRE_MESSAGE(eventually([&] { return !client.log.starting_with("down").empty(); }, 20s),
                         client.log.text());
-  const long long noticed_ms = ms_between(silenced, Clock::now());
+  const auto noticed = Clock::now();
   run_command("ip -6 neigh del " + cm_host() + " dev " + test_netdev2());
   const std::string cause = client.log.starting_with("down: ").front();
-  BOOST_TEST_MESSAGE("the silent peer noticed in " << noticed_ms << " ms (" << cause << ")");
+  BOOST_TEST_MESSAGE("the silent peer noticed in " << ms_between(silenced, noticed) << " to "
+                                                   << ms_between(silencing, noticed) << " ms ("
+                                                   << cause << ")");
   BOOST_TEST(cause.rfind("no keepalive answer", 0) == 0u, cause);
-  BOOST_TEST(noticed_ms >= static_cast<long long>((kMisses - 1) * kInterval.count()));
-  BOOST_TEST(noticed_ms <= static_cast<long long>((kMisses + 1) * kInterval.count() + 1000));
+  BOOST_TEST(ms_between(silencing, noticed) >=
+             static_cast<long long>((kMisses - 1) * kInterval.count()));
+  BOOST_TEST(ms_between(silenced, noticed) <=
+             static_cast<long long>(kMisses * kInterval.count() + kInterval.count() / 2 + 500));
 
   BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 2, 30s),
                         client.log.text() + " | " + peer.lines.text());
@@ -322,5 +356,67 @@ BOOST_AUTO_TEST_CASE(a_silent_peer_is_noticed_by_the_keepalive_and_taken_back_by
                      peer.lines.count("state down: RDMA_CM_EVENT_DISCONNECTED") ==
                  1u,
              peer.lines.text());
+  BOOST_TEST(client.env.errors().empty(), client.env.failures.summary());
+}
+
+// The client's device is deleted under the session mid-traffic (`rdma link
+// delete`), and added again: the delete completes (ibev lets the device
+// go: its Device and everything on it closed, the CM's id closed, so
+// librdmacm's context goes too), the session goes down once, its attempts
+// fail while no device carries the address, and the first after the re-add
+// opens the new device (the fixture's MakeQp: a Device, protection domain,
+// memory region and CQ of its own there) and connects. Every message
+// arrives.
+BOOST_AUTO_TEST_CASE(a_deleted_device_is_let_go_and_the_session_heals_on_its_re_add) {
+  Peer peer(0);
+  ClientSide client(peer.port());
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 1, 20s), client.log.text());
+  Sender sender(client);
+  BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("received 10", 1, 20s), peer.lines.text());
+  const std::shared_ptr<Device> old = client.env.device;
+
+  BlockingCommand deleting("rdma link delete " + test_device());
+  const auto took = deleting.wait(20s);
+  if (!took) {
+    sender.stop();
+    client.session->close();
+    old->close();
+    deleting.wait(60s);
+    BOOST_FAIL("rdma link delete did not return within 20 s under the session: "
+               << client.log.text());
+  }
+  BOOST_TEST_MESSAGE("rdma link delete returned after " << took->count() << " ms");
+  BOOST_TEST((old->loss() == DeviceLoss::kRemoved));
+  BOOST_REQUIRE_MESSAGE(eventually([&] { return !client.log.starting_with("down").empty(); }),
+                        client.log.text());
+  std::this_thread::sleep_for(1s);  // attempts fail: no device has the address
+  BOOST_TEST(client.log.count("up") == 1u, client.log.text());
+
+  run_command("rdma link add " + test_device() + " type rxe netdev " + test_netdev());
+  BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 2, 30s),
+                        client.log.text() + " | " + peer.lines.text());
+  const std::uint64_t after = sender.next();
+  BOOST_REQUIRE(eventually([&] { return sender.next() > after + 10; }, 20s));
+  const std::uint64_t last = sender.stop();
+  BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("received " + std::to_string(last), 1, 20s),
+                        peer.lines.text());
+
+  const auto devices = client.numbered.devices();
+  BOOST_REQUIRE(devices.size() == 2u);
+  BOOST_TEST(devices.back() != old);
+  BOOST_TEST((devices.back()->loss() == DeviceLoss::kNone));
+  BOOST_TEST(client.session->queue_pair()->device() == devices.back());
+  const std::string cause = client.log.starting_with("down: ").front();
+  BOOST_TEST((cause.find("DEVICE_FATAL") != std::string::npos ||
+              cause.find("DEVICE_REMOVAL") != std::string::npos),
+             cause);
+  BOOST_TEST(one_outage(client.log.starting_with(""), cause), client.log.text());
+  BOOST_TEST(missing(peer, last) == 0u, peer.lines.text());
+  BOOST_TEST_MESSAGE("client: " << joined(client.log.starting_with("")) << "; " << last
+                                << " messages, sends refused: "
+                                << sender.refused.starting_with("").size());
+  peer.stop(SIGTERM);
+  BOOST_TEST(peer.lines.count("session 42") == 1u, peer.lines.text());
+  BOOST_TEST(peer.lines.starting_with("failure").empty(), peer.lines.text());
   BOOST_TEST(client.env.errors().empty(), client.env.failures.summary());
 }

@@ -142,29 +142,15 @@ done
 
 echo
 printf '%-30s %8s %19s  %s\n' figure median "interval" verdict
-awk '
+awk -f bench/order_stats.awk -f <(cat <<'PROGRAM'
   { sub("ratio=", "", $6); v[$3] = v[$3] " " $6 }
-  # The largest k with P(Binomial(n, 1/2) < k) <= 0.025: the interval
-  # [x(k), x(n+1-k)] then covers the median with at least 95 % (0: none).
-  function order_k(n,    p, c, i, k) {
-    p = 0; c = 1; k = 0
-    for (i = 0; i < n; ++i) {
-      p += c / 2 ^ n
-      if (p > 0.025) break
-      k = i + 1
-      c = c * (n - i) / (i + 1)
-    }
-    return k
-  }
   END {
     for (name in v) {
-      m = split(v[name], x, " ")
-      k = order_k(m)  # a figure missing from some rounds has fewer ratios
-      if (k == 0) { printf "%-30s too few rounds (%d)\n", name, m; continue }
-      for (i = 1; i <= m; ++i) for (j = i + 1; j <= m; ++j) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
-      med = (m % 2) ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
-      lo = x[k]; hi = x[m + 1 - k]
-      verdict = hi <= 1.05 ? "no worse" : lo > 1.05 ? "worse" : "not shown"
-      printf "%-30s %8.3f   [%6.3f, %6.3f]  %s\n", name, med, lo, hi, verdict
+      m = median_interval(v[name], x)  # a figure missing from some rounds has fewer ratios
+      if (LO == "") { printf "%-30s too few rounds (%d)\n", name, m; continue }
+      verdict = HI <= 1.05 ? "no worse" : LO > 1.05 ? "worse" : "not shown"
+      printf "%-30s %8.3f   [%6.3f, %6.3f]  %s\n", name, MEDIAN, LO, HI, verdict
     }
-  }' "$raw/ratios" | sort
+  }
+PROGRAM
+) "$raw/ratios" | sort

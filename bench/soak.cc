@@ -33,15 +33,14 @@
 
 #include <ibev/ibev.h>
 
+#include "bench/env_or.h"
+
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? value : fallback;
-}
+using bench::env_or;
 
 long rss_kib() {
   std::ifstream status("/proc/self/status");

@@ -37,7 +37,11 @@
 // Lifetime: close() (or destruction) closes the health (its handler waited
 // for as core/handle.h says), then disconnects and closes the id; the QP is
 // let go. A CmAcceptor's sessions are the application's to keep: one it
-// drops is closed. The channel's Dispatcher must outlive them all.
+// drops is closed. Closing one side hangs up the other, and a live client
+// then connects again: an acceptor still listening hands it over as a new
+// session (OnSession runs until CmAcceptor::close() returns). To end both
+// sides, close the acceptor, then the client, then the server's sessions.
+// The channel's Dispatcher must outlive them all.
 #ifndef IBEV_CM_CM_SESSION_H_
 #define IBEV_CM_CM_SESSION_H_
 
@@ -64,8 +68,8 @@ struct CmAcceptorState;
 // INIT with id.init_qp() and post its receives before returning it. Throw
 // to fail the attempt. The device may not be the last attempt's: after a
 // removal and re-add, the old ibev Device is lost with all made on it, and
-// the new one is opened here (Device::open by name), with its own
-// protection domain, memory regions and CQs.
+// MakeQp opens the new one (Device::open by id.device_name()) and makes its
+// protection domain, memory regions and CQs there.
 using MakeQp =
     std::function<std::shared_ptr<QueuePair>(CmId& id, const RecoveryAttempt& attempt)>;
 

@@ -306,6 +306,7 @@ bool heal_a_session(ibev::Dispatcher& dispatcher, const std::string& device_name
   std::vector<std::string> lines;
   int received = 0;
   std::shared_ptr<ibev::CmSession> client, server;
+  std::vector<std::weak_ptr<ibev::QueuePair>> made_qps;
   auto note = [&](const std::string& line) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     std::printf("  %6lld ms  %s\n", static_cast<long long>(ms.count()), line.c_str());
@@ -357,6 +358,8 @@ bool heal_a_session(ibev::Dispatcher& dispatcher, const std::string& device_name
       wr.num_sge = 1;
       qp->post_recv(wr);
     }
+    std::lock_guard<std::mutex> lock(mutex);
+    made_qps.push_back(qp);
     return qp;
   };
   auto send = [&](const std::string& text) {
@@ -412,17 +415,43 @@ bool heal_a_session(ibev::Dispatcher& dispatcher, const std::string& device_name
   const bool one_outage_each = count("client: down (IBV_EVENT_PORT_ERR)") == 1 &&
                                count("server: down (IBV_EVENT_PORT_ERR)") == 1;
   std::printf("  healed: %s\n", ok && one_outage_each ? "yes" : "NO");
-  std::shared_ptr<ibev::CmSession> client_side, server_side;  // let go after the lock:
-  {                                                            // a closing session waits
-    std::lock_guard<std::mutex> lock(mutex);                   // for its handler, which
-    client_side.swap(client);                                  // takes the lock
+  // The end, in this order. The acceptor first: once close() returns, no
+  // new session is handed over. Then the client: a server session closed
+  // under a live client hangs it up, and the client would connect again
+  // and be handed a new session, which `server` would keep beyond the
+  // teardown. Then the sessions, let go after the lock (a closing session
+  // waits for its handler, which takes the lock).
+  acceptor->close();
+  made->close();
+  std::shared_ptr<ibev::CmSession> client_side, server_side;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    client_side.swap(client);
     server_side.swap(server);
   }
   server_side.reset();
   client_side.reset();
-  made->close();
-  acceptor->close();
-  return ok && one_outage_each;
+  made.reset();
+  // Proves an absence: time for a reconnect that the order above rules out.
+  std::this_thread::sleep_for(500ms);
+  bool none_after = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    none_after = client == nullptr && server == nullptr;
+  }
+  std::printf("  no session after the end: %s\n", none_after ? "yes" : "NO");
+  // The QPs go with their sessions (a drain may hold one a moment); then
+  // the CQ, whose handler uses this function's locals, stops for good.
+  std::vector<std::weak_ptr<ibev::QueuePair>> qps;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    qps.swap(made_qps);
+  }
+  for (const auto& qp : qps) {
+    for (int i = 0; i < 1000 && !qp.expired(); ++i) std::this_thread::sleep_for(10ms);
+  }
+  cq->close();
+  return ok && one_outage_each && none_after;
 }
 
 }  // namespace

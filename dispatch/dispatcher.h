@@ -253,9 +253,11 @@ class Dispatcher {
   // the wait rule). Throws std::invalid_argument (negative delay, empty
   // task) or std::system_error (timerfd_create, timerfd_settime, epoll_ctl).
   Handle call_after(std::chrono::milliseconds delay, Task task, Executor executor = {});
-  // Runs `task` every `period`, the first time `period` from now, until the
-  // handle is released: one periodic timerfd, one read per run. Periods the
-  // loop was too busy to see run it once, not once each. Throws
+  // Runs `task` every `period` until the handle is released (with the wait
+  // rule). Tasks of the same period share one periodic timerfd, one read a
+  // period for all of them, so they run together: a task's first run comes
+  // within `period` from now, at its group's next expiry. Periods the loop
+  // was too busy to see run it once, not once each. Throws
   // std::invalid_argument (a period not above zero, empty task) or what
   // call_after throws.
   Handle call_every(std::chrono::milliseconds period, Task task, Executor executor = {});

@@ -4,18 +4,28 @@
 // events) until the handler's call has returned and re-arms it, so that an
 // fd the executor has not read yet does not make every turn spin.
 //
+// Timers are timerfds served so; call_every's tasks of one period share one
+// (a PeriodicGroup, at the end).
+//
 // Locking: none of its own; the reactor's table guards joining and leaving,
-// the CallGuard a release's wait.
+// the CallGuard a release's wait. call_every takes the reactor's
+// periodic_mutex, and the table's lock under it (making a group's timer),
+// never the other way round; a group is destroyed under neither.
 #include <fcntl.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <cerrno>
+#include <iterator>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include <ibev/core/route.h>
+#include <ibev/core/subscriber_lists.h>
 #include "reactor.h"
 #include "sources.h"
 
@@ -169,13 +179,124 @@ Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
   return timer(reactor, delay, std::chrono::milliseconds{0}, std::move(task), std::move(executor));
 }
 
+// call_every: the tasks of one period share one timerfd, a PeriodicGroup,
+// so that a thousand connections' keepalives of 1 s wake the loop once a
+// second, not a thousand times, and their probes leave together (their
+// completions then come in a few CQ events, not one each). A task joins its
+// group's next expiry: its first run is within a period of call_every, not
+// exactly a period after. Its subscription is the routing primitive's
+// (core/route.h): its executor, its guard, the wait rule of its release.
+// One tick serves the whole group in one turn, as one source.
+//
+// A group lives while a task of it is subscribed: the last release takes
+// its timer out and releases it, closing the timerfd before it returns (a
+// tick being served meanwhile holds the group, dead, for that tick only);
+// a dead group is never joined. The timer's callback holds the group
+// weakly.
+
+// One run of a task at a time: a tick that finds its last run still waiting
+// for (or running on) its executor passes it by, as the loop's own late
+// periods merge into one run; an executor's queue never grows by a task a
+// period. (An executor that refuses a run is reported, and that task runs
+// no more.) The task's callback clears the mark.
+struct OneRunAtATime {
+  std::shared_ptr<std::atomic<bool>> running = std::make_shared<std::atomic<bool>>(false);
+  bool matches(std::uint64_t) const noexcept { return !running->exchange(true); }
+};
+using PeriodicTask = Subscriber<std::uint64_t, OneRunAtATime>;
+
+struct PeriodicGroup {
+  BroadcastList<PeriodicTask> tasks;
+  std::mutex mutex;  // after the reactor's periodic_mutex
+  std::size_t members = 0;
+  bool dead = false;
+  Handle timer;
+};
+
+// The group's timer: every member not released and not still running, told
+// in registration order. A task that destroyed the Dispatcher ends it: the
+// members after it are not run (each run also checks, for the executors').
+namespace {
+
+void serve_group(const std::weak_ptr<PeriodicGroup>& weak, const std::weak_ptr<Reactor>& reactor) {
+  auto group = weak.lock();
+  if (!group) return;
+  group->tasks.snapshot().deliver(0, "a periodic task",
+                                  [reactor](const Failure& failure, std::uint64_t) {
+                                    if (auto live = reactor.lock()) live->report(failure);
+                                  });
+}
+
+}  // namespace
+
 Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds period,
                   Task task, Executor executor) {
   if (period.count() <= 0) {
     throw std::invalid_argument("Dispatcher::call_every: the period must be positive");
   }
   if (!task) throw std::invalid_argument("Dispatcher::call_every: the task is empty");
-  return timer(reactor, period, period, std::move(task), std::move(executor));
+  std::shared_ptr<PeriodicGroup> group;
+  {
+    std::lock_guard<std::mutex> lock(reactor->periodic_mutex);
+    for (auto it = reactor->periodic_groups.begin(); it != reactor->periodic_groups.end();) {
+      it = it->second.expired() ? reactor->periodic_groups.erase(it) : std::next(it);
+    }
+    auto& slot = reactor->periodic_groups[period.count()];
+    group = slot.lock();
+    if (group) {
+      std::lock_guard<std::mutex> members(group->mutex);
+      if (group->dead) {
+        group.reset();
+      } else {
+        ++group->members;
+      }
+    }
+    if (!group) {
+      group = std::make_shared<PeriodicGroup>();
+      group->members = 1;
+      group->timer = timer(
+          reactor, period, period,
+          [weak = std::weak_ptr<PeriodicGroup>(group),
+           weak_reactor = std::weak_ptr<Reactor>(reactor)] { serve_group(weak, weak_reactor); },
+          {});
+      slot = group;
+    }
+  }
+  // Leaves the group: the last member stops its timer (released outside
+  // every lock: it waits for a tick being served on another thread).
+  auto leave = [](const std::shared_ptr<PeriodicGroup>& group) noexcept {
+    Handle timer;
+    {
+      std::lock_guard<std::mutex> lock(group->mutex);
+      if (--group->members == 0) {
+        group->dead = true;
+        timer = std::move(group->timer);
+      }
+    }
+  };
+  OneRunAtATime once;
+  auto subscriber = std::make_shared<PeriodicTask>(
+      [task = std::move(task), running = once.running,
+       weak_reactor = std::weak_ptr<Reactor>(reactor)](std::uint64_t) {
+        struct Done {
+          std::atomic<bool>& running;
+          ~Done() { running = false; }
+        } done{*running};
+        auto live = weak_reactor.lock();
+        if (live && !live->shut.load()) task();
+      },
+      once, std::move(executor));
+  std::shared_ptr<Handle> joined;
+  try {
+    joined = std::make_shared<Handle>(group->tasks.add(std::move(subscriber)));
+  } catch (...) {
+    leave(group);
+    throw;
+  }
+  return Handle([group = std::move(group), joined = std::move(joined), leave]() noexcept {
+    joined->release();
+    leave(group);
+  });
 }
 
 }  // namespace ibev::detail

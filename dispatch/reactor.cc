@@ -253,6 +253,7 @@ bool Reactor::work_waiting() const noexcept {
 }
 
 void Reactor::shut_down() noexcept {
+  shut = true;
   // Taken out under the lock, destroyed after it: a source's handler or a
   // task may own a Handle (a timer that re-arms itself holds its own), and
   // that Handle's release takes the lock again. Released now, it finds its

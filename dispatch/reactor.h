@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -29,6 +30,8 @@
 namespace ibev::detail {
 
 IBEV_DECLARE_ATOMIC_STATS(AtomicDispatcherStats, DispatcherStats, IBEV_DISPATCHER_STATS);
+
+struct PeriodicGroup;  // fd_source.cc
 
 class FileDescriptor {
  public:
@@ -111,6 +114,14 @@ class Reactor {
   // Destroyed from inside its own handler, and shut down there: the thread,
   // which holds the reactor, serves nothing more and runs no task.
   std::atomic<bool> orphaned{false};
+  // shut_down() has begun: what is still handed around (a periodic task's
+  // run on an executor) does nothing.
+  std::atomic<bool> shut{false};
+
+  // call_every's tasks, grouped by period (fd_source.cc): a group lives
+  // while a task of it is subscribed. Taken before mutex(), never after.
+  std::mutex periodic_mutex;
+  std::map<std::int64_t, std::weak_ptr<PeriodicGroup>> periodic_groups;
 
  private:
   void run_posted() noexcept;

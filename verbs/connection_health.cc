@@ -284,7 +284,12 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     }
     std::lock_guard<std::mutex> lock(mutex);
     ++stats.sent;
-    if (!stopped && !probe && qp == connection) probe = std::move(next);
+    if (!stopped && !probe && qp == connection) {
+      // A probe that leaves late (a post that failed, a loop that stalled)
+      // still gets misses - 1 intervals of its own to be answered.
+      heard_from = std::max(heard_from, now - keepalive.interval);
+      probe = std::move(next);
+    }
   }  // a probe not kept (stopped or replaced meanwhile): its handle goes, the post is flushed or lost with the QP
 
   // The probe's completion (on the CQ's thread). A late one, of a probe
@@ -701,7 +706,10 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   // Under the lock.
   void up_again() {
     if (ever_up) schedule->recovered(Clock::now());
-    if (auto change = health.up()) changed(std::move(*change));
+    if (auto change = health.up()) {
+      heard_from = std::chrono::steady_clock::now();  // with the state: no tick between
+      changed(std::move(*change));
+    }
   }
 
   // RecoveryAttempt::replace: `next` is the connection's QP, listened to
@@ -1016,9 +1024,11 @@ void ConnectionHealth::recovering() {
 
 void ConnectionHealth::up() {
   bool came_up = false;
-  shared_->apply([&came_up](HealthState& health) {
+  shared_->apply([&came_up, shared = shared_.get()](HealthState& health) {
     auto change = health.up();
     came_up = change.has_value();
+    // With the state: a tick between this and came_up() times from here.
+    if (came_up) shared->heard_from = std::chrono::steady_clock::now();
     return change;
   });
   if (came_up) shared_->came_up();

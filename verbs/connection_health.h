@@ -25,9 +25,12 @@
 // (kKeepalive, code 0), as is one that completes with an error (kKeepalive,
 // code its ibv_wc_status): a peer whose process died, whose host went or
 // whose cable was pulled is noticed while no traffic flows, without
-// spinning (one periodic timer of the Dispatcher), within interval x misses
-// of its last answer (and so of its end), give or take half an interval
-// of timer slack; never before (misses - 1) x interval.
+// spinning (the Dispatcher's periodic timer, shared by every keepalive of
+// that interval), within interval x misses of its last answer (and so of
+// its end; with misses 1, two intervals: a probe is judged at the tick
+// after the one that posted it), give or take half an interval of timer
+// slack; never before (misses - 1) x interval. A probe that leaves late
+// still has misses - 1 intervals to be answered.
 // A probe out when the health closes, or comes up again, is still taken for
 // interval x misses and 5 s more. A probe takes one send queue entry, so leave one free in the
 // QP's capabilities; it is posted from the Dispatcher's thread (rdma-core's

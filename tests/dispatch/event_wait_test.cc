@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE ibev_event_wait
 #include <ibev/dispatch/event_wait.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -12,6 +13,8 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -210,6 +213,142 @@ BOOST_AUTO_TEST_CASE(call_every_runs_until_released) {
   BOOST_TEST(runs.load() == after_release);
   BOOST_CHECK_THROW(dispatcher->call_every(0ms, [] {}), std::invalid_argument);
   BOOST_CHECK_THROW(dispatcher->call_every(10ms, {}), std::invalid_argument);
+}
+
+// Open fds of this process (the timers are timerfds).
+std::size_t open_fds() {
+  std::size_t count = 0;
+  for (int fd = 0; fd < 4096; ++fd) count += ::fcntl(fd, F_GETFD) != -1 ? 1 : 0;
+  return count;
+}
+
+// Periodic tasks of one period share one timerfd, and run together: 50
+// connections' keepalives wake the loop once a period, not 50 times. A
+// second period is a second timer; the last release of a period closes its
+// timer.
+BOOST_AUTO_TEST_CASE(periodic_tasks_of_one_period_share_one_timer) {
+  dispatcher->start();
+  const std::size_t before = open_fds();
+  constexpr int kTasks = 50;
+  std::vector<std::atomic<int>> runs(kTasks);
+  std::vector<ibev::Handle> every;
+  for (int i = 0; i < kTasks; ++i) {
+    every.push_back(dispatcher->call_every(20ms, [&runs, i] { ++runs[i]; }));
+  }
+  std::atomic<int> other{0};
+  ibev::Handle slower = dispatcher->call_every(30ms, [&] { ++other; });
+  BOOST_TEST(open_fds() == before + 2);
+  BOOST_REQUIRE(ibev::testing::eventually([&] {
+    for (const auto& r : runs) {
+      if (r.load() < 3) return false;
+    }
+    return other.load() >= 3;
+  }));
+  every.clear();
+  BOOST_TEST(open_fds() == before + 1);
+  slower.release();
+  BOOST_TEST(open_fds() == before);
+}
+
+// Each task of a shared timer keeps its own executor, its own release (a
+// task released from inside its own run stops, the others go on) and its
+// own failure: one that throws is reported, and runs again.
+BOOST_AUTO_TEST_CASE(a_shared_timers_tasks_keep_their_executor_release_and_failures) {
+  std::vector<ibev::Failure> failures;
+  std::mutex failures_mutex;
+  Dispatcher::Options options;
+  options.device_monitor = ibev::DeviceMonitor::kOff;
+  options.stall_after = 0ms;
+  options.on_failure = [&](const ibev::Failure& f) {
+    std::lock_guard<std::mutex> lock(failures_mutex);
+    failures.push_back(f);
+  };
+  Dispatcher loop(options);
+  loop.start();
+  std::atomic<int> handed{0}, on_executor{0}, self_released{0}, throwing{0};
+  ibev::Handle a = loop.call_every(
+      10ms, [&] { ++on_executor; },
+      [&](ibev::Task task) {
+        ++handed;
+        task();
+      });
+  ibev::Handle b;
+  std::mutex b_mutex;
+  {
+    std::lock_guard<std::mutex> lock(b_mutex);
+    b = loop.call_every(10ms, [&] {
+      ++self_released;
+      std::lock_guard<std::mutex> held(b_mutex);
+      b.release();  // from inside its own run: returns at once
+    });
+  }
+  ibev::Handle c = loop.call_every(10ms, [&] {
+    ++throwing;
+    throw std::runtime_error("periodic");
+  });
+  BOOST_REQUIRE(ibev::testing::eventually(
+      [&] { return on_executor.load() >= 5 && throwing.load() >= 3; }));
+  BOOST_TEST(handed.load() >= on_executor.load());
+  BOOST_TEST(self_released.load() == 1);
+  std::lock_guard<std::mutex> lock(failures_mutex);
+  BOOST_REQUIRE(!failures.empty());
+  BOOST_TEST((failures.front().kind == ibev::Failure::Kind::kHandlerThrew));
+  BOOST_TEST(failures.front().what.find("periodic") != std::string::npos, failures.front().what);
+}
+
+// A task whose executor has not run its last run yet is passed by: the
+// executor's queue holds one run of it, however many periods go by.
+BOOST_AUTO_TEST_CASE(a_periodic_task_waiting_on_its_executor_is_not_handed_again) {
+  dispatcher->start();
+  std::mutex queue_mutex;
+  std::vector<ibev::Task> queue;
+  std::atomic<int> runs{0}, ticks{0};
+  ibev::Handle slow = dispatcher->call_every(
+      10ms, [&] { ++runs; },
+      [&](ibev::Task task) {
+        std::lock_guard<std::mutex> lock(queue_mutex);
+        queue.push_back(std::move(task));
+      });
+  ibev::Handle counter = dispatcher->call_every(10ms, [&] { ++ticks; });
+  BOOST_REQUIRE(ibev::testing::eventually([&] { return ticks.load() >= 10; }));
+  std::vector<ibev::Task> waiting;
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex);
+    waiting.swap(queue);
+  }
+  BOOST_TEST(waiting.size() == 1u);
+  for (auto& task : waiting) task();
+  BOOST_TEST(runs.load() == 1);
+  BOOST_REQUIRE(ibev::testing::eventually([&] {
+    std::lock_guard<std::mutex> lock(queue_mutex);
+    return queue.size() == 1u;
+  }));
+  slow.release();
+  std::lock_guard<std::mutex> lock(queue_mutex);
+  for (auto& task : queue) task();  // released: runs nothing
+  BOOST_TEST(runs.load() == 1);
+}
+
+// A periodic task may destroy its Dispatcher: the tasks of its period after
+// it in that tick are not run, and none runs again.
+BOOST_AUTO_TEST_CASE(a_periodic_task_destroying_the_dispatcher_ends_its_group) {
+  dispatcher->start();
+  std::atomic<bool> armed{false}, destroyed{false};
+  std::atomic<int> after{0};
+  std::unique_ptr<Dispatcher> doomed = std::move(dispatcher);
+  ibev::Handle first = doomed->call_every(10ms, [&] {
+    if (armed && !destroyed) {
+      doomed.reset();
+      destroyed = true;
+    }
+  });
+  ibev::Handle second = doomed->call_every(10ms, [&] {
+    if (destroyed) ++after;
+  });
+  armed = true;  // from here on the dispatching thread owns `doomed`
+  BOOST_REQUIRE(ibev::testing::eventually([&] { return destroyed.load(); }));
+  std::this_thread::sleep_for(50ms);  // proves an absence: five periods
+  BOOST_TEST(after.load() == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -16,6 +16,7 @@
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -374,6 +375,17 @@ BOOST_AUTO_TEST_CASE(a_deleted_device_is_let_go_and_the_session_heals_on_its_re_
   Sender sender(client);
   BOOST_REQUIRE_MESSAGE(peer.lines.wait_count("received 10", 1, 20s), peer.lines.text());
   const std::shared_ptr<Device> old = client.env.device;
+  // rxe0 back for what runs after, whatever fails on the way.
+  struct ReAdd {
+    ~ReAdd() {
+      const std::string command = "rdma link show " + test_device() + "/1 >/dev/null 2>&1 || " +
+                                  "rdma link add " + test_device() + " type rxe netdev " +
+                                  test_netdev();
+      if (std::system(command.c_str()) != 0) {
+        std::fprintf(stderr, "could not add %s again\n", test_device().c_str());
+      }
+    }
+  } re_add;
 
   BlockingCommand deleting("rdma link delete " + test_device());
   const auto took = deleting.wait(20s);

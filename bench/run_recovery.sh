@@ -49,9 +49,10 @@ values() {
 # off, paired by round) or "off" (as % of a core per 100 connections).
 keepalive_cost() {
   awk -v want="$1" -v cpu="$2" '$1 == "keepalive_cpu" {
+    split("", f)
     for (i = 2; i <= NF; ++i) { split($i, kv, "="); f[kv[1]] = kv[2] }
+    if (f["seconds"] <= 0) next
     r = f["round"]; c = f["keepalive"]
-    used[r, c] = f["user_ms"] + (cpu == "total" ? f["system_ms"] : 0)
     # CPU per second of wall time: the windows differ by a millisecond or so.
     used[r, c] = (f["user_ms"] + (cpu == "total" ? f["system_ms"] : 0)) / f["seconds"]
     probes[r, c] = f["probes_answered"] / f["seconds"]; n = f["connections"]; rounds[r] = 1
@@ -156,8 +157,8 @@ vm_kernel=$(awk '$1 == "kernel" {print $2}' "$raw/vm.txt")
   echo "  shares one among the keepalives of an interval; each CQ event acked at once, where ibev"
   echo "  batches acks; otherwise the same work: a signaled zero-length RDMA write a connection a"
   echo "  second, its completion polled). Each keepalive's figure is its round's CPU less the"
-  echo "  no-keepalive one's; the"
-  echo "  ratio's target, 1.15, is the dispatch path's against its raw floor (#26). System"
+  echo "  no-keepalive one's; the ratio's target, 1.15, is the dispatch path's against its raw"
+  echo "  floor (#26). System"
   echo "  time is mostly rxe's: a post rings rxe's doorbell with a system call, and rxe builds,"
   echo "  sends and answers the packets in the kernel, partly in this process's context; an"
   echo "  HCA does that in hardware, so the user row is ibev's and rdma-core's own share."

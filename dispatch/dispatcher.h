@@ -257,7 +257,11 @@ class Dispatcher {
   // rule). Tasks of the same period share one periodic timerfd, one read a
   // period for all of them, so they run together: a task's first run comes
   // within `period` from now, at its group's next expiry. Periods the loop
-  // was too busy to see run it once, not once each. Throws
+  // was too busy to see run it once, not once each; on an executor, a run
+  // not yet run there is not handed again (an executor that takes a run and
+  // drops it unrun stops the task). Releasing the last task of a period
+  // waits for a tick in progress, which runs that period's other tasks: do
+  // not release it holding a lock any of them takes. Throws
   // std::invalid_argument (a period not above zero, empty task) or what
   // call_after throws.
   Handle call_every(std::chrono::milliseconds period, Task task, Executor executor = {});

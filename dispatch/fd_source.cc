@@ -197,8 +197,8 @@ Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
 // One run of a task at a time: a tick that finds its last run still waiting
 // for (or running on) its executor passes it by, as the loop's own late
 // periods merge into one run; an executor's queue never grows by a task a
-// period. (An executor that refuses a run is reported, and that task runs
-// no more.) The task's callback clears the mark.
+// period. The run clears the mark, and so does an executor that refuses it
+// (throws); one that takes a run and drops it unrun stops the task.
 struct OneRunAtATime {
   std::shared_ptr<std::atomic<bool>> running = std::make_shared<std::atomic<bool>>(false);
   bool matches(std::uint64_t) const noexcept { return !running->exchange(true); }
@@ -213,11 +213,11 @@ struct PeriodicGroup {
   Handle timer;
 };
 
-// The group's timer: every member not released and not still running, told
-// in registration order. A task that destroyed the Dispatcher ends it: the
-// members after it are not run (each run also checks, for the executors').
 namespace {
 
+// The group's timer: every member not released and not still running, told
+// in registration order. A task that destroyed the Dispatcher ends it: the
+// members after it are not run (each run checks, the executors' too).
 void serve_group(const std::weak_ptr<PeriodicGroup>& weak, const std::weak_ptr<Reactor>& reactor) {
   auto group = weak.lock();
   if (!group) return;
@@ -235,7 +235,33 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
     throw std::invalid_argument("Dispatcher::call_every: the period must be positive");
   }
   if (!task) throw std::invalid_argument("Dispatcher::call_every: the task is empty");
+  // The subscriber first: nothing can fail between joining a group and
+  // holding the handle that leaves it.
+  OneRunAtATime once;
+  if (executor) {
+    // A refused run is reported (core/route.h) and the next tick tries again.
+    executor = [inner = std::move(executor), running = once.running](Task run) {
+      try {
+        inner(std::move(run));
+      } catch (...) {
+        *running = false;
+        throw;
+      }
+    };
+  }
+  auto subscriber = std::make_shared<PeriodicTask>(
+      [task = std::move(task), running = once.running,
+       weak_reactor = std::weak_ptr<Reactor>(reactor)](std::uint64_t) {
+        struct Done {
+          std::atomic<bool>& running;
+          ~Done() { running = false; }
+        } done{*running};
+        auto live = weak_reactor.lock();
+        if (live && !live->shut.load()) task();
+      },
+      once, std::move(executor));
   std::shared_ptr<PeriodicGroup> group;
+  std::shared_ptr<PeriodicGroup> stale;  // a dead group found: let go after the locks
   {
     std::lock_guard<std::mutex> lock(reactor->periodic_mutex);
     for (auto it = reactor->periodic_groups.begin(); it != reactor->periodic_groups.end();) {
@@ -246,7 +272,7 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
     if (group) {
       std::lock_guard<std::mutex> members(group->mutex);
       if (group->dead) {
-        group.reset();
+        stale = std::move(group);
       } else {
         ++group->members;
       }
@@ -262,8 +288,8 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
       slot = group;
     }
   }
-  // Leaves the group: the last member stops its timer (released outside
-  // every lock: it waits for a tick being served on another thread).
+  // Leaves the group: the last member stops its timer, released outside
+  // every lock (it waits for a tick being served on another thread).
   auto leave = [](const std::shared_ptr<PeriodicGroup>& group) noexcept {
     Handle timer;
     {
@@ -274,29 +300,19 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
       }
     }
   };
-  OneRunAtATime once;
-  auto subscriber = std::make_shared<PeriodicTask>(
-      [task = std::move(task), running = once.running,
-       weak_reactor = std::weak_ptr<Reactor>(reactor)](std::uint64_t) {
-        struct Done {
-          std::atomic<bool>& running;
-          ~Done() { running = false; }
-        } done{*running};
-        auto live = weak_reactor.lock();
-        if (live && !live->shut.load()) task();
-      },
-      once, std::move(executor));
-  std::shared_ptr<Handle> joined;
   try {
-    joined = std::make_shared<Handle>(group->tasks.add(std::move(subscriber)));
+    auto joined = std::make_shared<Handle>(group->tasks.add(std::move(subscriber)));
+    // In a forked child the handle touches nothing of the parent's.
+    return Handle([group, joined = std::move(joined), leave,
+                   process = reactor->process()]() noexcept {
+      if (process.inherited()) return;
+      joined->release();
+      leave(group);
+    });
   } catch (...) {
     leave(group);
     throw;
   }
-  return Handle([group = std::move(group), joined = std::move(joined), leave]() noexcept {
-    joined->release();
-    leave(group);
-  });
 }
 
 }  // namespace ibev::detail

@@ -447,11 +447,15 @@ bool heal_a_session(ibev::Dispatcher& dispatcher, const std::string& device_name
     std::lock_guard<std::mutex> lock(mutex);
     qps.swap(made_qps);
   }
+  const auto until = Clock::now() + 10s;
+  bool all_gone = true;
   for (const auto& qp : qps) {
-    for (int i = 0; i < 1000 && !qp.expired(); ++i) std::this_thread::sleep_for(10ms);
+    while (!qp.expired() && Clock::now() < until) std::this_thread::sleep_for(10ms);
+    all_gone = all_gone && qp.expired();
   }
+  if (!all_gone) std::printf("  a QP outlived its session by 10 s\n");
   cq->close();
-  return ok && one_outage_each && none_after;
+  return ok && one_outage_each && none_after && all_gone;
 }
 
 }  // namespace

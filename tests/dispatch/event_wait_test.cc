@@ -329,6 +329,21 @@ BOOST_AUTO_TEST_CASE(a_periodic_task_waiting_on_its_executor_is_not_handed_again
   BOOST_TEST(runs.load() == 1);
 }
 
+// An executor that refuses a run (throws) is reported, and the next tick
+// hands the task again.
+BOOST_AUTO_TEST_CASE(a_periodic_task_whose_executor_refused_a_run_is_handed_the_next) {
+  dispatcher->start();
+  std::atomic<int> offered{0}, runs{0};
+  ibev::Handle every = dispatcher->call_every(
+      10ms, [&] { ++runs; },
+      [&](ibev::Task task) {
+        if (++offered == 1) throw std::runtime_error("full");
+        task();
+      });
+  BOOST_TEST(ibev::testing::eventually([&] { return runs.load() >= 3; }));
+  BOOST_TEST(offered.load() >= 4);
+}
+
 // A periodic task may destroy its Dispatcher: the tasks of its period after
 // it in that tick are not run, and none runs again.
 BOOST_AUTO_TEST_CASE(a_periodic_task_destroying_the_dispatcher_ends_its_group) {

@@ -165,8 +165,10 @@ BOOST_AUTO_TEST_CASE(sessions_of_one_acceptor_are_told_apart_by_their_id) {
   auto channel = CmEventChannel::create(env.dispatcher);
   Lines log;
   std::mutex mutex;
-  std::vector<std::shared_ptr<CmSession>> kept;
   Messenger at_server(env);  // both sessions' QPs on its CQ
+  // After the Messenger, so that the sessions (and their QPs) go first: its
+  // CQ's handler writes to it for as long as a QP keeps the CQ.
+  std::vector<std::shared_ptr<CmSession>> kept;
   CmAcceptor::Options options;
   options.make_qp = qp_for(env, at_server);
   options.health.recovery.policy = quick_recovery(20s);

@@ -109,6 +109,7 @@ BOOST_AUTO_TEST_CASE(a_source_keyed_by_qp_number_reaches_the_qps_handler) {
   Handle observer = env.dispatcher.registry().on_unclaimed([&](const Event&) { ++unclaimed; });
   std::atomic<std::thread::id> dispatching{};
   env.dispatcher.post([&] { dispatching = std::this_thread::get_id(); });
+  BOOST_REQUIRE(eventually([&] { return dispatching.load() != std::thread::id{}; }));
   NumberedEventSource source(env.dispatcher, env.device);
 
   source.raise(a->qp_num(), IBV_EVENT_QP_FATAL);

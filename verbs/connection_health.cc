@@ -223,7 +223,6 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   struct Probe {
     std::shared_ptr<const char> tag = std::make_shared<const char>('\0');
     std::uint64_t wr_id() const { return reinterpret_cast<std::uint64_t>(tag.get()); }
-    std::chrono::steady_clock::time_point sent;
     Handle taken;  // its completion, taken from the send CQ
   };
 
@@ -264,7 +263,6 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
   void send_probe(std::chrono::steady_clock::time_point now,
                   const std::shared_ptr<QueuePair>& connection) {
     Probe next;
-    next.sent = now;
     Dispatcher* cq_events = connection->send_cq()->served_by();
     if (cq_events == nullptr) return;
     try {
@@ -365,7 +363,6 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     {
       std::lock_guard<std::mutex> lock(mutex);
       std::swap(out, probe);
-      heard_from = std::chrono::steady_clock::now();
     }
     give_up(std::move(out));
   }
@@ -703,13 +700,18 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     return true;
   }
 
+  // Under the lock: the state up, and the keepalive's clock restarted with
+  // it, so that no tick between this and came_up() times from before.
+  std::optional<HealthChange> went_up() {
+    auto change = health.up();
+    if (change) heard_from = std::chrono::steady_clock::now();
+    return change;
+  }
+
   // Under the lock.
   void up_again() {
     if (ever_up) schedule->recovered(Clock::now());
-    if (auto change = health.up()) {
-      heard_from = std::chrono::steady_clock::now();  // with the state: no tick between
-      changed(std::move(*change));
-    }
+    if (auto change = went_up()) changed(std::move(*change));
   }
 
   // RecoveryAttempt::replace: `next` is the connection's QP, listened to
@@ -1024,11 +1026,9 @@ void ConnectionHealth::recovering() {
 
 void ConnectionHealth::up() {
   bool came_up = false;
-  shared_->apply([&came_up, shared = shared_.get()](HealthState& health) {
-    auto change = health.up();
+  shared_->apply([&came_up, shared = shared_.get()](HealthState&) {
+    auto change = shared->went_up();
     came_up = change.has_value();
-    // With the state: a tick between this and came_up() times from here.
-    if (came_up) shared->heard_from = std::chrono::steady_clock::now();
     return change;
   });
   if (came_up) shared_->came_up();

@@ -513,8 +513,9 @@ event's delay runs from its arrival on the async fd (a raw
 the same device) to the ibev listener's call; the ping-pong's latency is
 one-way, taken while the flaps run. The same run without the saturating
 sender is the baseline the target is about; the same load with the
-saturated CQ on a Dispatcher of its own (its own thread) loads the device
-and the two vCPUs alike but shares no loop. The other rows share one loop
+saturated CQ on a Dispatcher of its own (its own thread) shares no loop;
+it is meant to load the device and the two vCPUs alike, and its last column
+(the saturated CQ's completions a second) shows whether it did. The other rows share one loop
 with the saturated CQ at its default budget (256 completions a turn) and at
 16. Until this round an adaptive CQ that found its queue empty spun for up
 to its poll budget (2 ms here) before it let the loop go, whatever else was
@@ -525,9 +526,9 @@ once per round, the rounds interleaved (one run's p99 moved by 3x between
 runs on this machine, with every configuration alike); a ratio is the median
 of the per-round ratios against the same round's unloaded run. The second
 CQ's p99 is $(paired_ratio "$fa" "$fu" pingpong_p99_us)x unloaded with the saturated CQ on a Dispatcher of its
-own, sharing no loop, and $(paired_ratio "$fl" "$fu" pingpong_p99_us)x with it on the same Dispatcher: the first is
-what two busy threads on two vCPUs cost the tail, the difference is the
-loop's.
+own, sharing no loop, and $(paired_ratio "$fl" "$fu" pingpong_p99_us)x with it on the same Dispatcher. The two
+tell the loop's share apart only where their saturated CQs completed alike
+(the last column).
 
 | the saturated CQ | port event delay, p50 / p99 (us), median | p50 ÷ unloaded | second CQ's latency, p50 / p99 (us), median | ÷ unloaded, p50 / p99 (target <= 2) | second CQ's p99, each round (us) | saturated CQ's completions/s |
 |---|---|---|---|---|---|---|

@@ -95,14 +95,16 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
       routed.refused = raw.id;
       return routed;
     }
-    auto made = exception_text([&] {
-      const CmIdState& listener = *routed.to;
-      event.new_id = std::make_shared<CmId>(
-          CmId::Token{}, std::move(channel_object), raw.id, listener.callback,
-          listener.executor ? *listener.executor : Executor{});
-    });
-    if (made) {
-      report(Failure::handler_threw("CmId for a CONNECT_REQUEST", std::move(*made)));
+    const bool made = reported_call(
+        "CmId for a CONNECT_REQUEST",
+        [&] {
+          const CmIdState& listener = *routed.to;
+          event.new_id = std::make_shared<CmId>(
+              CmId::Token{}, std::move(channel_object), raw.id, listener.callback,
+              listener.executor ? *listener.executor : Executor{});
+        },
+        [&](Failure failure) { report(std::move(failure)); });
+    if (!made) {
       bump(stats.requests_refused);
       routed.to = nullptr;
       routed.refused = raw.id;

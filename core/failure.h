@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 namespace ibev {
 
@@ -79,6 +80,21 @@ std::optional<std::string> exception_text(Call&& call) noexcept {
   } catch (...) {
     return std::string("an exception not derived from std::exception");
   }
+}
+
+// Runs `call` as exception_text does; what it threw becomes a kHandlerThrew
+// Failure naming `what_ran`, handed to `report` (void(Failure), noexcept),
+// which adds what it knows (the device, the object). Returns whether `call`
+// returned. The handlers of subscriptions and sources run through here
+// inside their CallGuard, entered by the caller (core/route.h's
+// guarded_call, or the reactor's enter of a source); posted tasks, a
+// WorkerThread's and a drain's `done` run through here with no guard.
+template <typename Call, typename Report>
+bool reported_call(std::string_view what_ran, Call&& call, const Report& report) noexcept {
+  auto threw = exception_text(std::forward<Call>(call));
+  if (!threw) return true;
+  report(Failure::handler_threw(std::string(what_ran), std::move(*threw)));
+  return false;
 }
 
 // The errno an exception stands for, for a Failure's `error`: ENOMEM for

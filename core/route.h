@@ -77,9 +77,7 @@ bool guarded_call(CallGuard& guard, const char* what_ran, Callback&& callback,
                   const Report& report) noexcept {
   const auto entered = guard.enter();
   if (!entered) return false;
-  if (auto threw = exception_text(callback)) {
-    report(Failure::handler_threw(what_ran, std::move(*threw)));
-  }
+  reported_call(what_ran, callback, report);
   return true;
 }
 

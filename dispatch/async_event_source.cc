@@ -126,11 +126,11 @@ class AsyncEventSource final : public Source {
       reactor_.registry().deliver(delivery);
       return;
     }
-    if (auto threw = exception_text([&] { deliver_(std::move(delivery)); })) {
-      Failure failure = Failure::handler_threw("async delivery", std::move(*threw));
-      failure.device = device_;
-      reactor_.report(failure);
-    }
+    reported_call("async delivery", [&] { deliver_(std::move(delivery)); },
+                  [this](Failure failure) {
+                    failure.device = device_;
+                    reactor_.report(failure);
+                  });
   }
 
   Reactor& reactor_;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include <ibev/core/happens_before.h>
+#include <ibev/core/process.h>
 #include <ibev/core/route.h>
 #include "reactor.h"
 #include "sources.h"
@@ -79,12 +80,18 @@ class CqEntry {
               std::function<void(const ibv_wc&)> taken);
 
  private:
-  struct Taker {
+  // The completion a Taker waits for: one work request of one QP.
+  struct OneWorkRequest {
     std::uint32_t qp_num = 0;
     std::uint64_t wr_id = 0;
-    std::function<void(const ibv_wc&)> taken;
-    CallGuard guard;
+    bool matches(const ibv_wc& wc) const noexcept {
+      return wc.qp_num == qp_num && wc.wr_id == wr_id;
+    }
   };
+  // A subscription of the routing primitive (core/route.h): its guarded
+  // call and its release are the primitive's. It has no executor of its
+  // own: the entry's runs its batch, takers included.
+  using Taker = Subscriber<ibv_wc, OneWorkRequest>;
   // Made on first use: few CQs ever have a drain marker, every CQ has an entry.
   struct Takers {
     std::mutex mutex;
@@ -98,7 +105,7 @@ class CqEntry {
   void report(Failure failure) noexcept;
   std::size_t take_ours(ibv_wc* wcs, std::size_t n, Taken& taken) noexcept;
   void forget(const Taker& taker) noexcept;
-  void call_taker(Taker& taker, const ibv_wc& wc) noexcept;
+  void call_taker(const std::shared_ptr<Taker>& taker, const ibv_wc& wc) noexcept;
 
   std::weak_ptr<CqEntry> self_;
   Reactor& reactor_;
@@ -388,7 +395,7 @@ void CqEntry::hand_over(ibv_wc* wcs, std::size_t n) noexcept {
   if (!taken.empty()) bump(stats_.markers, taken.size());
   if (!options_.executor) {
     if (n > 0) call_handler(CompletionBatch{cq_, wcs, n});
-    for (const auto& [taker, wc] : taken) call_taker(*taker, wc);
+    for (const auto& [taker, wc] : taken) call_taker(taker, wc);
     return;
   }
   hand_to(
@@ -401,7 +408,7 @@ void CqEntry::hand_over(ibv_wc* wcs, std::size_t n) noexcept {
           if (!copy.empty()) {
             self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
           }
-          for (const auto& [taker, wc] : taken) self->call_taker(*taker, wc);
+          for (const auto& [taker, wc] : taken) self->call_taker(taker, wc);
         };
       },
       "a completion batch", [this](Failure failure) { report(std::move(failure)); });
@@ -409,9 +416,8 @@ void CqEntry::hand_over(ibv_wc* wcs, std::size_t n) noexcept {
 
 void CqEntry::call_handler(const CompletionBatch& batch) noexcept {
   acquire_before_completion(cq_);  // what was written before the post
-  if (auto threw = exception_text([&] { handler_(batch); })) {
-    report(Failure::handler_threw(std::string(kCompletionHandler), std::move(*threw)));
-  }
+  reported_call(kCompletionHandler, [&] { handler_(batch); },
+                [this](Failure failure) { report(std::move(failure)); });
 }
 
 void CqEntry::yield() noexcept {
@@ -432,20 +438,18 @@ void CqEntry::report(Failure failure) noexcept {
 // See Dispatcher::take_completion.
 Handle CqEntry::take(std::uint32_t qp_num, std::uint64_t wr_id,
                      std::function<void(const ibv_wc&)> taken) {
-  auto taker = std::make_shared<Taker>();
-  taker->qp_num = qp_num;
-  taker->wr_id = wr_id;
-  taker->taken = std::move(taken);
+  auto taker = std::make_shared<Taker>(std::move(taken), OneWorkRequest{qp_num, wr_id});
   std::call_once(takers_made_, [this] { takers_ = std::make_unique<Takers>(); });
   {
     std::lock_guard<std::mutex> lock(takers_->mutex);
     takers_->waiting.push_back(taker);
     ++takers_armed_;
   }
-  return Handle([weak = self_, taker]() noexcept {
+  return subscription(std::move(taker), [weak = self_, process = OwningProcess{}](
+                                             const Taker* taker) noexcept {
+    if (process.inherited()) return false;  // the takers' lock may be held
     if (auto self = weak.lock()) self->forget(*taker);
-    taker->guard.close();
-    taker->guard.wait_idle();
+    return true;
   });
 }
 
@@ -457,9 +461,8 @@ std::size_t CqEntry::take_ours(ibv_wc* wcs, std::size_t n, Taken& taken) noexcep
   std::vector<std::shared_ptr<Taker>>& waiting = takers_->waiting;
   std::size_t kept = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    auto it = std::find_if(waiting.begin(), waiting.end(), [&](const auto& taker) {
-      return taker->qp_num == wcs[i].qp_num && taker->wr_id == wcs[i].wr_id;
-    });
+    auto it = std::find_if(waiting.begin(), waiting.end(),
+                           [&](const auto& taker) { return taker->filter.matches(wcs[i]); });
     if (it == waiting.end()) {
       wcs[kept++] = wcs[i];
       continue;
@@ -486,9 +489,9 @@ void CqEntry::forget(const Taker& taker) noexcept {
   --takers_armed_;
 }
 
-void CqEntry::call_taker(Taker& taker, const ibv_wc& wc) noexcept {
-  guarded_call(taker.guard, "ibev's own completion", [&] { taker.taken(wc); },
-               [this](Failure failure) { report(std::move(failure)); });
+void CqEntry::call_taker(const std::shared_ptr<Taker>& taker, const ibv_wc& wc) noexcept {
+  call(taker, wc, "ibev's own completion",
+       [this](Failure failure, const ibv_wc&) { report(std::move(failure)); });
 }
 
 // --- Watching a CQ, and its teardown ---

@@ -274,6 +274,9 @@ class Dispatcher {
   // The same for an object named by its number (core/event.h's
   // ObjectNumber): it reaches the handlers attached by that number (a
   // QueuePair's are), as a source of such events (DevX) would send it.
+  // Since 0.8 inject is overloaded: code that takes its address
+  // (`std::mem_fn`, a bind) names the one it means, e.g.
+  // `static_cast<void (Dispatcher::*)(ibv_context*, int, Element)>(&Dispatcher::inject)`.
   void inject(ibv_context* device, int code, ObjectNumber object);
 
   DispatcherStats stats() const noexcept;

@@ -71,9 +71,8 @@ class FdSource final : public Source, public std::enable_shared_from_this<FdSour
 
  private:
   void call(Reactor& reactor, std::uint32_t revents) noexcept {
-    if (auto threw = exception_text([&] { handler_(revents); })) {
-      report(reactor, Failure::handler_threw("fd handler", std::move(*threw)));
-    }
+    reported_call("fd handler", [&] { handler_(revents); },
+                  [&](Failure failure) { report(reactor, std::move(failure)); });
   }
 
   void set_interest(Reactor& reactor, std::uint32_t events) noexcept {

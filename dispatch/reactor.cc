@@ -204,9 +204,8 @@ void Reactor::run_posted() noexcept {
       report_never_run(running_.size() - i);
       break;
     }
-    if (auto threw = exception_text(running_[i])) {
-      report(Failure::handler_threw("task posted to the dispatcher", std::move(*threw)));
-    }
+    reported_call("task posted to the dispatcher", running_[i],
+                  [this](Failure failure) { report(failure); });
   }
   running_.clear();
 }

@@ -45,9 +45,8 @@ void WorkerThread::run() {
     Task task = std::move(tasks_.front());
     tasks_.pop_front();
     lock.unlock();
-    if (auto threw = exception_text(task)) {
-      send_to(on_failure_, Failure::handler_threw("task on a WorkerThread", std::move(*threw)));
-    }
+    reported_call("task on a WorkerThread", task,
+                  [this](const Failure& failure) { send_to(on_failure_, failure); });
     task = nullptr;  // its captures may post here: destroyed unlocked
     lock.lock();
   }

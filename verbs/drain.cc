@@ -113,8 +113,7 @@ class Drain {
       if (answered_) return;
       answered_ = true;
     }
-    if (auto threw = exception_text([&] { done_(report_, error); })) {
-      Failure failure = Failure::handler_threw("drain's done", std::move(*threw));
+    reported_call("drain's done", [&] { done_(report_, error); }, [this](Failure failure) {
       failure.device = device_;
       failure.object = qp_;
       if (const std::shared_ptr<Registry> registry = failures_.lock()) {
@@ -122,7 +121,7 @@ class Drain {
       } else {
         send_to({}, failure);
       }
-    }
+    });
   }
 
   std::mutex mutex_;

@@ -62,6 +62,8 @@ Args parse(int argc, char** argv) {
       args.depth = std::stoi(value);
     else if (key == "--signal-every")
       args.signal_every = std::stoi(value);
+    else if (key == "--send-cq" && (value == "polled" || value == "event"))
+      args.send_cq = value;
     else if (key == "--inline")
       args.inline_bytes = std::stoi(value);
     else if (key == "--pairs")

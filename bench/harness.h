@@ -45,6 +45,10 @@ struct Args {
   int size = 2;           // bytes a message
   int depth = 128;        // rate: sends outstanding
   int signal_every = 32;  // one send in this many asks for a completion
+  // latency: "polled" (the send CQ reaped without waiting) or "event" (its
+  // completions handled by a handler on the Dispatcher, as perftest's -e
+  // waits for each signaled send's event).
+  std::string send_cq = "polled";
   // Sends of at most this many bytes go inline. perftest's ib_send_lat and
   // ib_send_bw report "Max inline data : 0[B]" on rxe, so by default none
   // does here either: like with like.

@@ -608,6 +608,8 @@ address pays. Memory is the heap growth of attaching one handler to each of
 the same run, takes about 800 B, which is why per-object handlers are not a
 signal per object, while a device's few, long-lived listeners are.
 
+$(cat docs/syscalls.md 2>/dev/null | sed '1s/^# /## /')
+
 $(cat docs/recovery.md 2>/dev/null | sed '1s/^# /## /')
 
 $(cat docs/soak.md 2>/dev/null | sed '1s/^# /## /')

@@ -14,6 +14,8 @@
 # CPU and the reconnects (each a longer round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/verdict.sh
+source bench/verdict.sh
 rounds=${1:-15}
 cpu_rounds=${2:-9}
 cpu_seconds=10
@@ -71,30 +73,6 @@ keepalive_cost() {
       else printf "%.4f ", percent(used[r, "off"])
     }
   }' "$raw/vm.txt"
-}
-
-# row NAME UNIT TARGET_OP TARGET VALUES...: one table row, its verdict from
-# the median's interval against the target (TARGET_OP "<=" or "<", or "-"
-# for none).
-row() {
-  local name=$1 unit=$2 op=$3 target=$4
-  shift 4
-  awk -f bench/order_stats.awk -f <(cat <<'PROGRAM'
-    BEGIN {
-      n = median_interval(values, x)
-      over = 0
-      for (i = 1; i <= n; ++i) if (op != "-" && !(op == "<=" ? x[i] <= target : x[i] < target)) ++over
-      if (op == "-") verdict = "(no target)"
-      else if (LO == "") verdict = "undetermined (too few rounds)"
-      else if (op == "<=" ? HI <= target : HI < target) verdict = "met"
-      else if (op == "<=" ? LO > target : LO >= target) verdict = "missed"
-      else verdict = "undetermined"
-      interval = LO == "" ? "" : sprintf("[%g, %g]", LO, HI)
-      printf "| %s (%s) | %g | %s | %g | %s | %s | %s |\n", name, unit, MEDIAN, interval, MAX,
-             op == "-" ? "" : op " " target, op == "-" ? "" : over " of " n, verdict
-    }
-PROGRAM
-) -v name="$name" -v unit="$unit" -v values="$*" -v op="$op" -v target="$target" </dev/null
 }
 
 vm_kernel=$(awk '$1 == "kernel" {print $2}' "$raw/vm.txt")

@@ -5,7 +5,8 @@
 //   softroce_bench latency --mode event|adaptive|raw-poll|raw-event [--iters N]
 //                          [--budget-us B] [--cpus SERVER,CLIENT]
 //                          [--executor worker] [--samples FILE]
-//   softroce_bench rate --mode event|adaptive [--size BYTES] [--depth D]
+//                          [--signal-every K] [--send-cq polled|event]
+//   softroce_bench rate --mode event|adaptive|raw-event [--size BYTES] [--depth D]
 //                       [--signal-every K] [--messages N] [--cpus S,C]
 //   softroce_bench stream --ack-batch K [--messages N]
 //   softroce_bench scale --pairs N [--channels C] [--messages N]
@@ -52,6 +53,31 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The raw-event baseline's loop, as perftest's -e and most hand-written code
+// wait: this thread sleeps in a blocking ibv_get_cq_event on `cq`'s channel,
+// acks the event at once, re-arms, and drains the CQ into `handler`, until
+// `done()`. The CQ was armed when its Side watched it (its Dispatcher is
+// never started); the channel's fd is made blocking here. False when a read
+// failed.
+template <typename Done>
+bool raw_event_loop(ibv_cq* cq, const ibev::CompletionHandler& handler, const Done& done) {
+  const int fd = cq->channel->fd;
+  if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) return false;
+  std::array<ibv_wc, 16> wcs;
+  while (!done()) {
+    ibv_cq* event_cq = nullptr;
+    void* context = nullptr;
+    if (ibv_get_cq_event(cq->channel, &event_cq, &context) != 0) return false;
+    ibv_ack_cq_events(event_cq, 1);
+    check(ibv_req_notify_cq(event_cq, 0), "ibv_req_notify_cq");
+    int n;
+    while ((n = ibv_poll_cq(cq, static_cast<int>(wcs.size()), wcs.data())) > 0) {
+      handler(ibev::CompletionBatch{cq, wcs.data(), static_cast<std::size_t>(n)});
+    }
+  }
+  return true;
+}
+
 int latency(const Args& args) {
   Peer peer(args);
   const bool server = peer.server();
@@ -91,17 +117,23 @@ int latency(const Args& args) {
   auto on_receive = [&](const ibev::CompletionBatch& batch) {
     for (std::size_t i = 0; i < batch.size; ++i) on_message();
   };
+  // --send-cq event: each signaled send's completion comes through the
+  // event path too (with --signal-every 1, the work of perftest's -e loop).
+  if (args.send_cq == "event" && (raw_poll || raw_event)) {
+    std::fprintf(stderr, "softroce_bench: --send-cq event is for ibev's modes\n");
+    return 2;
+  }
+  const ibev::CompletionHandler on_send =
+      args.send_cq == "event" ? ibev::CompletionHandler{[](const ibev::CompletionBatch& batch) {
+        require_success(batch);
+      }}
+                              : ibev::CompletionHandler{};
   Side side(args, raw_poll ? ibev::CompletionHandler{} : ibev::CompletionHandler{on_receive},
-            options_for(args, worker ? worker->executor() : ibev::Executor{}));
+            options_for(args, worker ? worker->executor() : ibev::Executor{}), on_send);
   self = &side;
   peer.connect(side);
   side.post_recv(256);
-  if (raw_event) {
-    const int fd = side.recv_cq->get()->channel->fd;
-    if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) return 3;
-  } else {
-    side.dispatcher.start();
-  }
+  if (!raw_event) side.dispatcher.start();
   peer.barrier();  // both connected: the client may start
 
   const double cpu_before = cpu_seconds();
@@ -119,14 +151,7 @@ int latency(const Args& args) {
     }
   };
   while (raw_poll && remaining > 0) drain();
-  while (raw_event && remaining > 0) {
-    ibv_cq* cq = nullptr;
-    void* context = nullptr;
-    if (ibv_get_cq_event(recv_cq->channel, &cq, &context) != 0) return 3;
-    ibv_ack_cq_events(cq, 1);
-    check(ibv_req_notify_cq(cq, 0), "ibv_req_notify_cq");
-    drain();
-  }
+  if (raw_event && !raw_event_loop(recv_cq, on_receive, [&] { return remaining <= 0; })) return 3;
   if (!finished.wait(600s)) {
     std::fprintf(stderr, "softroce_bench: ping-pong stalled\n");
     return 4;
@@ -164,7 +189,15 @@ int rate(const Args& args) {
   const bool server = peer.server();
   const long every = args.signal_every;
   const long total = (args.messages + every - 1) / every * every;  // the last one signaled
+  // raw-event: the same stream without ibev, each side's thread in
+  // raw_event_loop on the CQ whose handler does the work (bench/run_syscalls.sh's floor).
+  const bool raw_event = args.mode == "raw-event";
   Flag finished;
+  std::atomic<bool> done{false};  // finished, for raw_event_loop
+  const auto finish = [&] {
+    done = true;
+    finished.set();
+  };
   Side* self = nullptr;
   long received = 0;           // server: messages received
   long sent = 0, signals = 0;  // client: sends posted, signaled ones completed
@@ -179,13 +212,13 @@ int rate(const Args& args) {
   auto on_receive = [&](const ibev::CompletionBatch& batch) {
     require_success(batch);
     self->post_recv(static_cast<int>(batch.size));
-    if ((received += static_cast<long>(batch.size)) >= total) finished.set();
+    if ((received += static_cast<long>(batch.size)) >= total) finish();
   };
   auto on_send = [&](const ibev::CompletionBatch& batch) {
     require_success(batch);
     signals += static_cast<long>(batch.size);
     if (signals * every >= total) {
-      finished.set();
+      finish();
     } else {
       post_more();
     }
@@ -201,12 +234,19 @@ int rate(const Args& args) {
   self = &*side;
   peer.connect(*side);
   if (server) side->post_recv(512);  // perftest's default rx depth
-  side->dispatcher.start();
+  if (!raw_event) side->dispatcher.start();
   peer.barrier();
 
   const double cpu_before = cpu_seconds();
   const auto start = Clock::now();
-  if (!server) side->dispatcher.post(post_more);
+  if (raw_event) {
+    if (!server) post_more();
+    const bool ran = server ? raw_event_loop(side->recv_cq->get(), on_receive, [&] { return done.load(); })
+                            : raw_event_loop(side->send_cq->get(), on_send, [&] { return done.load(); });
+    if (!ran) return 3;
+  } else if (!server) {
+    side->dispatcher.post(post_more);
+  }
   if (!finished.wait(600s)) {
     std::fprintf(stderr, "softroce_bench: the stream stalled\n");
     return 4;

@@ -62,8 +62,13 @@ Args parse(int argc, char** argv) {
       args.depth = std::stoi(value);
     else if (key == "--signal-every")
       args.signal_every = std::stoi(value);
-    else if (key == "--send-cq" && (value == "polled" || value == "event"))
+    else if (key == "--send-cq") {
+      if (value != "polled" && value != "event") {
+        std::fprintf(stderr, "softroce_bench: --send-cq is polled or event\n");
+        std::exit(2);
+      }
       args.send_cq = value;
+    }
     else if (key == "--inline")
       args.inline_bytes = std::stoi(value);
     else if (key == "--pairs")
@@ -170,9 +175,13 @@ ibev::CompletionOptions options_for(const Args& args, ibev::Executor executor) {
 
 namespace {
 
-ibev::Dispatcher::Options options_with_batch(unsigned batch) {
+// The raw modes never start their Dispatcher: it runs no watchdog either, so
+// that nothing of ibev's runs beside the baseline (run_syscalls.sh counts
+// every thread's system calls).
+ibev::Dispatcher::Options dispatcher_options(const Args& args) {
   ibev::Dispatcher::Options options;
-  options.batch = batch;
+  options.batch = args.batch;
+  if (args.mode.rfind("raw-", 0) == 0) options.stall_after = std::chrono::milliseconds(0);
   return options;
 }
 
@@ -181,7 +190,7 @@ ibev::Dispatcher::Options options_with_batch(unsigned batch) {
 Side::Side(const Args& args_in, ibev::CompletionHandler on_receive, ibev::CompletionOptions options,
            ibev::CompletionHandler on_send)
     : args(args_in),
-      dispatcher(options_with_batch(args.batch)),
+      dispatcher(dispatcher_options(args_in)),
       buffer(2 * kBufferHalf),
       device(ibev::Device::open(dispatcher, args.device)),
       pd(ibev::ProtectionDomain::create(device)),

@@ -83,14 +83,8 @@ vm_kernel=$(awk '$1 == "kernel" {print $2}' "$raw/vm.txt")
   echo "qemu TCG VM, 2 vCPUs, kernel $vm_kernel, two rxe devices joined by a veth pair (rxe0"
   echo "on v0, rxe1 on v1, policy routing: docs/softroce.md). One process plays both hosts,"
   echo "each with a Dispatcher of its own: the client's CmSessions on rxe0, a CmAcceptor on"
-  echo "rxe1. Each figure is the median of its rounds with the order-statistic interval"
-  echo "of that median (at least 95 % coverage); the verdict is computed from the interval"
-  echo "against the target of issue #25: met when the whole interval meets it, missed when"
-  echo "none of it does, undetermined otherwise. \"Over target\" counts the rounds that"
-  echo "missed it, as a bound is a promise about every round."
-  echo
-  echo "| figure | median | interval | max | target | over target | verdict |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "rxe1. The targets are issue #25's."
+  verdict_table_head
   row "PORT_ACTIVE to the first send completed, cable pulled for 2 s" ms "<=" 1000 \
     "$(values flap active_to_traffic_ms)"
   row "PORT_ACTIVE to the session up" ms - 0 "$(values flap active_to_up_ms)"

@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -57,12 +58,9 @@ using namespace std::chrono_literals;
 // wait: this thread sleeps in a blocking ibv_get_cq_event on `cq`'s channel,
 // acks the event at once, re-arms, and drains the CQ into `handler`, until
 // `done()`. The CQ was armed when its Side watched it (its Dispatcher is
-// never started); the channel's fd is made blocking here. False when a read
-// failed.
+// never started). False when a read failed.
 template <typename Done>
 bool raw_event_loop(ibv_cq* cq, const ibev::CompletionHandler& handler, const Done& done) {
-  const int fd = cq->channel->fd;
-  if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) return false;
   std::array<ibv_wc, 16> wcs;
   while (!done()) {
     ibv_cq* event_cq = nullptr;
@@ -76,6 +74,15 @@ bool raw_event_loop(ibv_cq* cq, const ibev::CompletionHandler& handler, const Do
     }
   }
   return true;
+}
+
+// ibev made the channel's fd non-blocking when its Side watched the CQ; the
+// raw loop blocks on it. Called before the peers' barrier, so that a failure
+// ends both sides there instead of leaving the peer waiting for a message.
+void make_blocking(ibv_cq* cq) {
+  const int fd = cq->channel->fd;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) check(errno, "fcntl");
 }
 
 int latency(const Args& args) {
@@ -133,7 +140,11 @@ int latency(const Args& args) {
   self = &side;
   peer.connect(side);
   side.post_recv(256);
-  if (!raw_event) side.dispatcher.start();
+  if (raw_event) {
+    make_blocking(side.recv_cq->get());
+  } else {
+    side.dispatcher.start();
+  }
   peer.barrier();  // both connected: the client may start
 
   const double cpu_before = cpu_seconds();
@@ -234,15 +245,21 @@ int rate(const Args& args) {
   self = &*side;
   peer.connect(*side);
   if (server) side->post_recv(512);  // perftest's default rx depth
-  if (!raw_event) side->dispatcher.start();
+  ibv_cq* const raw_cq = (server ? side->recv_cq : side->send_cq)->get();
+  if (raw_event) {
+    make_blocking(raw_cq);
+  } else {
+    side->dispatcher.start();
+  }
   peer.barrier();
 
   const double cpu_before = cpu_seconds();
   const auto start = Clock::now();
   if (raw_event) {
     if (!server) post_more();
-    const bool ran = server ? raw_event_loop(side->recv_cq->get(), on_receive, [&] { return done.load(); })
-                            : raw_event_loop(side->send_cq->get(), on_send, [&] { return done.load(); });
+    const auto finished_here = [&] { return done.load(); };
+    const bool ran = server ? raw_event_loop(raw_cq, on_receive, finished_here)
+                            : raw_event_loop(raw_cq, on_send, finished_here);
     if (!ran) return 3;
   } else if (!server) {
     side->dispatcher.post(post_more);

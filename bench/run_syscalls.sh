@@ -84,9 +84,9 @@ per_op() {
     END {
       for (r in rounds) {
         if (!((config, r) in lo) || hi[config, r] == lo[config, r]) continue
-        if (over == "") { printf "%.6f ", rate(config, r); continue }
+        if (over == "") { printf "%.6g ", rate(config, r); continue }
         if (!((over, r) in lo) || hi[over, r] == lo[over, r] || rate(over, r) == 0) continue
-        printf "%.6f ", rate(config, r) / rate(over, r)
+        printf "%.6g ", rate(config, r) / rate(over, r)
       }
     }' "$raw/vm.txt"
 }
@@ -115,7 +115,7 @@ breakdown() {
   done
 }
 
-report=$(mktemp)  # written whole, then moved: a failed run leaves the last report
+report=$(mktemp docs/.syscalls.XXXXXX)  # written whole, then renamed: a failed run leaves the last report
 {
   echo "# System calls per operation (bench/run_syscalls.sh)"
   echo
@@ -163,9 +163,10 @@ report=$(mktemp)  # written whole, then moved: a failed run leaves the last repo
   echo "  epoll_wait; on a wake-up it drains the receive CQ into the handler, which posts the"
   echo "  reply, then reads the channel's event, drains, re-arms and drains once more. One"
   echo "  send in 32 is signaled and the send CQ is polled without waiting."
-  echo "- **raw_event**: the same harness, its Dispatcher never started (and so no watchdog):"
-  echo "  the main thread sleeps in a blocking ibv_get_cq_event (a read of the channel), acks"
-  echo "  it, re-arms and drains; the same sends, signaling and waits: the floor ibev is held to."
+  echo "- **raw_event**: the same harness, its Dispatcher made without a watchdog and never"
+  echo "  started: the main thread sleeps in a blocking ibv_get_cq_event (a read of the"
+  echo "  channel), acks it, re-arms and drains; the same sends, signaling and waits: the"
+  echo "  floor ibev is held to."
   echo "- **ibev_every**: \`latency --mode event --signal-every 1 --send-cq event\`: every send"
   echo "  signaled and its completion handled by a handler on the Dispatcher, as perftest's"
   echo "  loop handles each one. What still differs: perftest waits for each send's event"
@@ -181,8 +182,9 @@ report=$(mktemp)  # written whole, then moved: a failed run leaves the last repo
   echo "- **raw_stream**: \`rate --mode raw-event\`, the same stream, each side's thread in the"
   echo "  same blocking loop as raw_event, on the CQ whose handler does the work."
   echo "- **perftest_bw_e**: \`ib_send_bw -s 64 -t 128 -Q 32 -e\`: the same depth and"
-  echo "  signaling as ibev_stream, perftest's own loop (it polls its send CQ after each"
-  echo "  event; the server reposts receives)."
+  echo "  signaling as ibev_stream. What differs: its own loop blocks in the channel's read"
+  echo "  with no epoll set (so no epoll_wait), and (in the version above) one channel"
+  echo "  serves both its CQs."
   echo
   echo "On rxe a post rings the kernel with a write to the uverbs fd, and a re-arm is an"
   echo "ioctl: in the breakdown, write is one per message sent and ioctl one per event"

@@ -11,6 +11,8 @@ row() {
   local name=$1 unit=$2 op=$3 target=$4
   shift 4
   awk -f bench/order_stats.awk -f <(cat <<'PROGRAM'
+    # The values as given (what the verdict compares is what the row shows);
+    # a median of an even count is computed, shown with awk's %.6g.
     BEGIN {
       n = median_interval(values, x)
       over = 0
@@ -20,8 +22,8 @@ row() {
       else if (op == "<=" ? HI <= target : HI < target) verdict = "met"
       else if (op == "<=" ? LO > target : LO >= target) verdict = "missed"
       else verdict = "undetermined"
-      interval = LO == "" ? "" : sprintf("[%.4g, %.4g]", LO, HI)
-      printf "| %s (%s) | %.4g | %s | %.4g | %s | %s | %s |\n", name, unit, MEDIAN, interval, MAX,
+      interval = LO == "" ? "" : sprintf("[%s, %s]", LO, HI)
+      printf "| %s (%s) | %s | %s | %s | %s | %s | %s |\n", name, unit, MEDIAN, interval, MAX,
              op == "-" ? "" : op " " target, op == "-" ? "" : over " of " n, verdict
     }
 PROGRAM

@@ -50,12 +50,15 @@ fail() {
   exit 1
 }
 
+# perf stat exits 0 when its workload is killed by a signal: a run counts
+# only when the workload printed its result line too.
 # ibev's harness forks its own server: one process tree, one perf stat.
 bench_run() {
   local round=$1 config=$2 iterations=$3
   shift 3
   timeout 900 perf stat -x, -o /tmp/bench.perf -e "$events" -- "$bench" "$@" --cpus 0,1 \
     >/tmp/run.out 2>&1 || fail "$config"
+  grep -qE '^(latency|rate) ' /tmp/run.out || fail "$config (no result)"
   report "$round" "$config" "$iterations" /tmp/bench.perf
   grep -E '^(latency|rate) ' /tmp/run.out | sed "s/^/detail round=$round config=$config n=$iterations /"
 }
@@ -63,16 +66,24 @@ bench_run() {
 # perftest's server and client, as bench/vm_benchmarks.sh runs them (server
 # on CPU 0, client on CPU 1), each counted on its own: the shell between
 # them is not.
+# SIZE is the message size, whose result line (size, iterations, ...) the
+# client prints when it ran to the end.
 perftest_run() {
-  local round=$1 config=$2 iterations=$3 tool=$4
-  shift 4
+  local round=$1 config=$2 iterations=$3 size=$4 tool=$5
+  shift 5
   timeout 900 perf stat -x, -o /tmp/server.perf -e "$events" -- \
-    taskset -c 0 "$tool" -d "$dev" -x 0 "$@" >/tmp/server.out 2>&1 &
+    taskset -c 0 "$tool" -d "$dev" -x 0 -s "$size" "$@" >/tmp/server.out 2>&1 &
   local server=$!
   sleep 1
+  local client=0
   timeout 900 perf stat -x, -o /tmp/client.perf -e "$events" -- \
-    taskset -c 1 "$tool" -d "$dev" -x 0 "$@" localhost >/tmp/run.out 2>&1 || fail "$config"
-  wait "$server" || { cp /tmp/server.out /tmp/run.out; fail "$config (server)"; }
+    taskset -c 1 "$tool" -d "$dev" -x 0 -s "$size" "$@" localhost >/tmp/client.out 2>&1 ||
+    client=$?
+  wait "$server" || { ((client != 0)) || client=1; }
+  cat /tmp/client.out /tmp/server.out >/tmp/run.out
+  ((client == 0)) || fail "$config"
+  grep -qE "^[[:space:]]*$size[[:space:]]+$iterations[[:space:]]" /tmp/client.out ||
+    fail "$config (no result)"
   report "$round" "$config" "$iterations" /tmp/server.perf /tmp/client.perf
 }
 
@@ -83,14 +94,14 @@ run() {
     raw_event) bench_run "$round" "$config" "$i" latency --mode raw-event --iters "$i" ;;
     ibev_every) bench_run "$round" "$config" "$i" \
       latency --mode event --signal-every 1 --send-cq event --iters "$i" ;;
-    perftest_lat_e) perftest_run "$round" "$config" "$i" ib_send_lat -s 2 -n "$i" -e ;;
+    perftest_lat_e) perftest_run "$round" "$config" "$i" 2 ib_send_lat -n "$i" -e ;;
     # Streams: 4 messages an iteration; 128 outstanding, 1 in 32 signaled.
     ibev_stream) bench_run "$round" "$config" "$((4 * i))" \
       rate --mode event --size 64 --messages "$((4 * i))" ;;
     raw_stream) bench_run "$round" "$config" "$((4 * i))" \
       rate --mode raw-event --size 64 --messages "$((4 * i))" ;;
-    perftest_bw_e) perftest_run "$round" "$config" "$((4 * i))" \
-      ib_send_bw -s 64 -t 128 -Q 32 -n "$((4 * i))" -e ;;
+    perftest_bw_e) perftest_run "$round" "$config" "$((4 * i))" 64 \
+      ib_send_bw -t 128 -Q 32 -n "$((4 * i))" -e ;;
   esac
 }
 

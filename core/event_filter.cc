@@ -26,10 +26,15 @@ EventFilter::EventFilter(std::initializer_list<ibv_event_type> types)
 }
 
 EventFilter EventFilter::of_codes(std::initializer_list<int> codes) {
-  require_some(codes.size());
+  return of_codes(codes.begin(), codes.size());
+}
+
+EventFilter EventFilter::of_codes(const int* codes, std::size_t count) {
+  require_some(count);
+  if (codes == nullptr) throw std::invalid_argument("EventFilter::of_codes: codes is null");
   EventFilter filter;
   filter.all_types_ = false;
-  for (int code : codes) filter.add(code);
+  for (std::size_t i = 0; i < count; ++i) filter.add(codes[i]);
   return filter;
 }
 

@@ -16,6 +16,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -38,6 +39,9 @@ class EventFilter {
   // headers in use does not name (EventFilter::of_codes({20})). Throws
   // std::invalid_argument when `codes` is empty.
   static EventFilter of_codes(std::initializer_list<int> codes);
+  // The same for `count` codes at `codes` (a set known at run time: the C
+  // API's filter).
+  static EventFilter of_codes(const int* codes, std::size_t count);
 
   // Narrows the filter to events of port `port` (throws std::invalid_argument
   // for a port below 1). Device events (DEVICE_FATAL, unknown codes) carry no

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Checks an installed libibev.so: its SONAME is libibev.so.<soversion>
-# (tools/version.sh: 0.8 before 1.0, the major after), and the
+# (tools/version.sh: 0.8 before 1.0, the major after), the
 # only symbols it exports are the ibev:: API (members of public classes may
 # name detail types in their signatures; nothing of ibev::detail, std:: or
-# boost:: is exported on its own).
+# boost:: is exported on its own) and the C API's functions, and every
+# function the installed <ibev/ibev_c.h> declares is exported.
 #
-#   tools/check_exports.sh PREFIX/lib/libibev.so
+#   tools/check_exports.sh PREFIX/lib/libibev.so   (PREFIX/include/ibev/ibev_c.h beside it)
 set -euo pipefail
 lib=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,11 +29,22 @@ if [[ -n $unversioned ]]; then
   head -5 <<<"$unversioned" >&2
   exit 1
 fi
-stray=$(grep -vE "^(ibev::|typeinfo (name )?for ibev::|vtable for ibev::|IBEV_${soversion//./\\.}\$)" <<<"$symbols" || true)
+stray=$(grep -vE "^(ibev::|typeinfo (name )?for ibev::|vtable for ibev::|ibev_[a-z0-9_]+@@IBEV_|IBEV_${soversion//./\\.}\$)" <<<"$symbols" || true)
 internal=$(grep -E '^((typeinfo (name )?|vtable )for )?ibev::detail::' <<<"$symbols" || true)
 if [[ -n $stray || -n $internal ]]; then
   echo "check_exports: $lib exports more than the ibev:: API:" >&2
   printf '%s\n' "$stray" "$internal" | sed '/^$/d' | head -20 >&2
   exit 1
 fi
-echo "check_exports: $soname exports $(wc -l <<<"$symbols") symbols, all ibev:: API"
+# The C API: what the header declares (a name followed by its argument
+# list) is what the library defines, neither more nor less.
+header=$(dirname "$(dirname "$lib")")/include/ibev/ibev_c.h
+declared=$(grep -oE '\bibev_[a-z0-9_]+\(' "$header" | tr -d '(' | sort -u)
+exported=$(sed -n 's/^\(ibev_[a-z0-9_]*\)@@IBEV_.*/\1/p' <<<"$symbols" | sort -u)
+if [[ -z $declared || $declared != "$exported" ]]; then
+  echo "check_exports: the C API in $header and $lib differ:" >&2
+  diff <(echo "$declared") <(echo "$exported") | sed -n 's/^</  declared, not exported:/p; s/^>/  exported, not declared:/p' >&2
+  exit 1
+fi
+echo "check_exports: $soname exports $(wc -l <<<"$symbols") symbols: the ibev:: API and $(wc -l <<<"$declared") C functions"
+

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds and runs the CMake and make consumers (examples/consumer-cmake,
-# examples/consumer-make) against an installed ibev, out of the tree:
+# Builds and runs the CMake, make and C consumers (examples/consumer-cmake,
+# examples/consumer-make, examples/consumer-c) against an installed ibev, out
+# of the tree:
 #
 #   tools/consumers.sh PREFIX    ibev installed by tools/install.sh PREFIX
 #   tools/consumers.sh           ibev installed in the system (the .debs)
 #
 # The CMake consumer's ctest runs the program and, through the installed
-# ibev-softroce-run, runs it again against soft-RoCE. Prints one line per
+# ibev-softroce-run, runs it again against soft-RoCE; so does the C consumer,
+# built by gcc as C11 with no C++ in its build. Prints one line per
 # consumer, "consumer-X: passed" or "consumer-X: failed", with the log of a
 # failure; exits 1 when any failed.
 set -uo pipefail
@@ -71,5 +73,17 @@ pkg_config_path=${PKG_CONFIG_PATH:-}
   PKG_CONFIG_PATH=$pkg_config_path make -f "$root/examples/consumer-make/Makefile" check
 ) >"$work/make.log" 2>&1
 report make $? "$work/make.log"
+
+# The C consumer: pkg-config and gcc -std=c11 -Werror, then on soft-RoCE
+# through the installed runner (in a VM when this kernel has no rdma_rxe).
+runner=ibev-softroce-run
+[[ -n $prefix ]] && runner=$prefix/bin/ibev-softroce-run
+(
+  set -e
+  mkdir -p "$work/c" && cd "$work/c"
+  PKG_CONFIG_PATH=$pkg_config_path make -f "$root/examples/consumer-c/Makefile" check
+  "$runner" -- "$work/c/consumer-c" --rdma
+) >"$work/c.log" 2>&1
+report c $? "$work/c.log"
 
 exit "$status"

@@ -74,7 +74,7 @@ cat >"$work/libibev-dev/usr/share/doc-base/libibev-dev.ibev-reference" <<'DOCBAS
 Document: ibev-reference
 Title: ibev API reference
 Author: The ibev developers
-Abstract: The C++ API of ibev, RDMA events with the kernel's event model,
+Abstract: The C++ and C APIs of ibev, RDMA events with the kernel's event model,
  made by Doxygen from the comments of its public headers.
 Section: Programming/C++
 
@@ -84,8 +84,8 @@ Files: /usr/share/doc/libibev-dev/html/*.html
 DOCBASE
 cp "$root/README.md" "$root/CHANGELOG.md" "$root"/docs/{api,consuming,design,events}.md "$dev_doc/"
 cp -r "$root/examples/consumer.cc" "$root/examples/consumer-cmake" "$root/examples/consumer-make" \
-  "$root/examples/pingpong" "$dev_doc/examples/"
-rm -f "$dev_doc/examples/pingpong/BUILD.bazel"
+  "$root/examples/consumer-c" "$root/examples/pingpong" "$dev_doc/examples/"
+rm -f "$dev_doc/examples/pingpong/BUILD.bazel" "$dev_doc/examples/consumer-c/BUILD.bazel"
 
 # dpkg-shlibdeps wants a debian/control beside it; libibev's own dependency
 # information comes from the shlibs file written below.

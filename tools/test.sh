@@ -133,12 +133,14 @@ check package env IBEV_WERROR=ON tools/package.sh "$debs"
 check lintian lintian --fail-on error,warning --info "$debs"/*.deb
 check package-contents bash -c "dpkg-deb -c $debs/libibev-dev_*.deb >'$work/dev.list' &&
   grep -q 'usr/share/doc/libibev-dev/examples/pingpong/pingpong.cc$' '$work/dev.list' &&
+  grep -q 'usr/share/doc/libibev-dev/examples/consumer-c/consumer.c$' '$work/dev.list' &&
+  grep -q 'usr/include/ibev/ibev_c.h$' '$work/dev.list' &&
   grep -q 'usr/share/doc/libibev-dev/CHANGELOG.md$' '$work/dev.list' &&
   grep -q 'usr/share/doc/libibev-dev/html/classibev_1_1Dispatcher.html$' '$work/dev.list' &&
   grep -q 'usr/share/man/man3/ibev_dispatcher.3.gz$' '$work/dev.list' &&
   grep -q 'usr/share/man/man7/ibev.7.gz$' '$work/dev.list' &&
   ! grep 'test_seams' '$work/dev.list' &&
-  echo 'libibev-dev: docs, API reference, man pages and examples, no internal header'"
+  echo 'libibev-dev: docs, API reference, man pages and examples (C too), no internal header'"
 debs_installed=true
 check apt-install env DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
   "$debs/${runtime}"_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb

@@ -1,0 +1,492 @@
+// The C API (<ibev/ibev_c.h>) as C code relies on it, without a device: an
+// event reaches a handler with only the element its type names; bad input
+// is an errno and a message naming the call, never an exception or a crash;
+// a handler that throws (a C++ function passed as a C one) is a failure
+// record and dispatch goes on; waits end with their event or their timeout;
+// a handler may release its own registration. examples/consumer-c runs the
+// same API from C11 on soft-RoCE.
+#define BOOST_TEST_MODULE ibev_capi
+#include <ibev/ibev_c.h>
+
+#include <atomic>
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/support/testing.h"
+
+namespace bdata = boost::unit_test::data;
+
+namespace {
+
+// Owners for the C objects a test makes: each is freed by its C function.
+template <auto free_it>
+struct Freed {
+  template <typename T>
+  void operator()(T* object) const {
+    free_it(object);
+  }
+};
+using DispatcherPtr = std::unique_ptr<ibev_dispatcher, Freed<ibev_dispatcher_destroy>>;
+using HandlePtr = std::unique_ptr<ibev_handle, Freed<ibev_handle_release>>;
+using WaiterPtr = std::unique_ptr<ibev_waiter, Freed<ibev_waiter_destroy>>;
+
+// Every failure the dispatcher reports, copied out of the callback.
+struct Failures {
+  std::mutex mutex;
+  std::vector<std::pair<ibev_failure_kind, std::string>> seen;
+  static void sink(const ibev_failure* failure, void* context) {
+    auto* self = static_cast<Failures*>(context);
+    std::lock_guard<std::mutex> lock(self->mutex);
+    self->seen.emplace_back(failure->kind, failure->description);
+  }
+  std::size_t count() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return seen.size();
+  }
+};
+
+DispatcherPtr make_dispatcher(Failures* failures = nullptr) {
+  ibev_dispatcher_attr attr{};
+  if (failures != nullptr) {
+    attr.on_failure = &Failures::sink;
+    attr.failure_context = failures;
+  }
+  DispatcherPtr dispatcher(ibev_dispatcher_create(&attr));
+  BOOST_REQUIRE_MESSAGE(dispatcher, ibev_last_error());
+  return dispatcher;
+}
+
+// The events one handler heard, copied (an ibev_event lives for the call).
+struct Heard {
+  std::vector<ibev_event> events;
+  static void handler(const ibev_event* event, void* context) {
+    static_cast<Heard*>(context)->events.push_back(*event);
+  }
+};
+
+void run_turns(ibev_dispatcher* dispatcher) {
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_run_once(dispatcher, 1000, nullptr), 0);
+}
+
+// Without a device, only the objects' addresses and their device are read.
+ibv_context device_stand_in{};
+ibv_cq cq_stand_in = [] {
+  ibv_cq cq{};
+  cq.context = &device_stand_in;
+  return cq;
+}();
+ibv_qp qp_stand_in = [] {
+  ibv_qp qp{};
+  qp.context = &device_stand_in;
+  return qp;
+}();
+ibv_srq srq_stand_in = [] {
+  ibv_srq srq{};
+  srq.context = &device_stand_in;
+  return srq;
+}();
+ibv_wq wq_stand_in = [] {
+  ibv_wq wq{};
+  wq.context = &device_stand_in;
+  return wq;
+}();
+
+// ------------------------------------------------- what a handler is given
+
+struct Delivered {
+  const char* name;
+  int code;
+  ibv_async_event raw;
+  ibev_element_kind kind;
+  void* object;  // what it is attached to; null: a device listener hears it
+  ibv_cq* cq;
+  ibv_qp* qp;
+  ibv_srq* srq;
+  ibv_wq* wq;
+  int port;
+};
+std::ostream& operator<<(std::ostream& out, const Delivered& d) { return out << d.name; }
+
+ibv_async_event raw_event(int code, ibv_cq* cq, ibv_qp* qp, ibv_srq* srq, ibv_wq* wq, int port) {
+  ibv_async_event raw{};
+  // A code ibv_event_type has no enumerator for (77) is copied in as bits:
+  // converting it to the enum would be undefined (UBSan says so).
+  static_assert(sizeof raw.event_type == sizeof code);
+  std::memcpy(&raw.event_type, &code, sizeof code);
+  if (cq != nullptr) raw.element.cq = cq;
+  if (qp != nullptr) raw.element.qp = qp;
+  if (srq != nullptr) raw.element.srq = srq;
+  if (wq != nullptr) raw.element.wq = wq;
+  if (port != 0) raw.element.port_num = port;
+  return raw;
+}
+
+const Delivered kDelivered[] = {
+    {"CQ_ERR", IBV_EVENT_CQ_ERR,
+     raw_event(IBV_EVENT_CQ_ERR, &cq_stand_in, nullptr, nullptr, nullptr, 0), IBEV_ELEMENT_CQ,
+     &cq_stand_in, &cq_stand_in, nullptr, nullptr, nullptr, 0},
+    {"QP_FATAL", IBV_EVENT_QP_FATAL,
+     raw_event(IBV_EVENT_QP_FATAL, nullptr, &qp_stand_in, nullptr, nullptr, 0), IBEV_ELEMENT_QP,
+     &qp_stand_in, nullptr, &qp_stand_in, nullptr, nullptr, 0},
+    {"SRQ_LIMIT_REACHED", IBV_EVENT_SRQ_LIMIT_REACHED,
+     raw_event(IBV_EVENT_SRQ_LIMIT_REACHED, nullptr, nullptr, &srq_stand_in, nullptr, 0),
+     IBEV_ELEMENT_SRQ, &srq_stand_in, nullptr, nullptr, &srq_stand_in, nullptr, 0},
+    {"WQ_FATAL", IBV_EVENT_WQ_FATAL,
+     raw_event(IBV_EVENT_WQ_FATAL, nullptr, nullptr, nullptr, &wq_stand_in, 0), IBEV_ELEMENT_WQ,
+     &wq_stand_in, nullptr, nullptr, nullptr, &wq_stand_in, 0},
+    {"PORT_ERR on port 2", IBV_EVENT_PORT_ERR,
+     raw_event(IBV_EVENT_PORT_ERR, nullptr, nullptr, nullptr, nullptr, 2), IBEV_ELEMENT_PORT,
+     nullptr, nullptr, nullptr, nullptr, nullptr, 2},
+    {"DEVICE_FATAL", IBV_EVENT_DEVICE_FATAL,
+     raw_event(IBV_EVENT_DEVICE_FATAL, nullptr, nullptr, nullptr, nullptr, 0), IBEV_ELEMENT_DEVICE,
+     nullptr, nullptr, nullptr, nullptr, nullptr, 0},
+    {"a code this build does not know (77)", 77,
+     raw_event(77, nullptr, nullptr, nullptr, nullptr, 5), IBEV_ELEMENT_DEVICE, nullptr, nullptr,
+     nullptr, nullptr, nullptr, 0},
+};
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(a_handler_gets_only_the_element_its_event_names, bdata::make(kDelivered), d) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  Heard heard;
+  HandlePtr handle(
+      d.object != nullptr
+          ? ibev_attach(dispatcher.get(), d.kind, d.object, nullptr, &Heard::handler, &heard)
+          : ibev_listen(dispatcher.get(), &device_stand_in, nullptr, &Heard::handler, &heard));
+  BOOST_REQUIRE_MESSAGE(handle, ibev_last_error());
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_inject(dispatcher.get(), &device_stand_in, &d.raw), 0);
+  run_turns(dispatcher.get());
+  BOOST_REQUIRE_EQUAL(heard.events.size(), 1u);
+  const ibev_event& e = heard.events[0];
+  BOOST_TEST(e.device == &device_stand_in);
+  BOOST_TEST(e.code == d.code);
+  BOOST_TEST(e.element_kind == d.kind);
+  BOOST_TEST(e.cq == d.cq);
+  BOOST_TEST(e.qp == d.qp);
+  BOOST_TEST(e.srq == d.srq);
+  BOOST_TEST(e.wq == d.wq);
+  BOOST_TEST(e.port == d.port);
+  BOOST_TEST(e.synthesized == 1);  // injected
+  BOOST_TEST(e.loss == IBEV_LOSS_NONE);
+  BOOST_TEST(std::string(e.name) == (d.code <= IBV_EVENT_WQ_FATAL
+                                         ? ibv_event_type_str(static_cast<ibv_event_type>(d.code))
+                                         : "unknown"));
+}
+
+BOOST_AUTO_TEST_CASE(filters_take_their_codes_and_port_only) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  const int codes[] = {IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE};
+  const ibev_filter on_port_1{codes, 2, 1};
+  Heard heard;
+  HandlePtr listener(
+      ibev_listen(dispatcher.get(), &device_stand_in, &on_port_1, &Heard::handler, &heard));
+  BOOST_REQUIRE(listener);
+  for (const auto& [code, port] : {std::pair{IBV_EVENT_PORT_ERR, 1},
+                                   {IBV_EVENT_PORT_ERR, 2},
+                                   {IBV_EVENT_LID_CHANGE, 1},
+                                   {IBV_EVENT_PORT_ACTIVE, 1}}) {
+    const ibv_async_event raw = raw_event(code, nullptr, nullptr, nullptr, nullptr, port);
+    BOOST_REQUIRE_EQUAL(ibev_dispatcher_inject(dispatcher.get(), &device_stand_in, &raw), 0);
+  }
+  run_turns(dispatcher.get());
+  BOOST_REQUIRE_EQUAL(heard.events.size(), 2u);
+  BOOST_TEST(heard.events[0].code == IBV_EVENT_PORT_ERR);
+  BOOST_TEST(heard.events[1].code == IBV_EVENT_PORT_ACTIVE);
+}
+
+// --------------------------------------------------------------- bad input
+
+namespace {
+
+void ignore(const ibev_event*, void*) {}
+void add_nothing(ibev_device*, void*) {}
+
+struct BadCall {
+  const char* name;
+  const char* api;  // what ibev_last_error() must name
+  int error;
+  // The call; returns its int result, or for a make: 0 when it returned NULL
+  // (and -1 when it made something, which fails the test).
+  std::function<int(ibev_dispatcher*)> call;
+};
+std::ostream& operator<<(std::ostream& out, const BadCall& b) { return out << b.name; }
+
+int made(const void* object) { return object == nullptr ? 0 : -1; }
+
+const BadCall kBadCalls[] = {
+    {"starting no dispatcher", "ibev_dispatcher_start", EINVAL,
+     [](ibev_dispatcher*) { return ibev_dispatcher_start(nullptr); }},
+    {"a device monitor that is none of the enum's", "ibev_dispatcher_create", EINVAL,
+     [](ibev_dispatcher*) {
+       ibev_dispatcher_attr attr{};
+       attr.device_monitor = static_cast<ibev_device_monitor>(99);
+       return made(ibev_dispatcher_create(&attr));
+     }},
+    {"attaching to a port", "ibev_attach", EINVAL,
+     [](ibev_dispatcher* d) {
+       return made(ibev_attach(d, IBEV_ELEMENT_PORT, &qp_stand_in, nullptr, ignore, nullptr));
+     }},
+    {"a kind that is none of the enum's", "ibev_wait_for", EINVAL,
+     [](ibev_dispatcher* d) {
+       ibev_element_kind kind;
+       const int bits = 42;  // as C code may pass
+       std::memcpy(&kind, &bits, sizeof kind);
+       return made(ibev_wait_for(d, kind, &qp_stand_in, nullptr, 100));
+     }},
+    {"attaching to a device", "ibev_attach", EINVAL,
+     [](ibev_dispatcher* d) {
+       return made(ibev_attach(d, IBEV_ELEMENT_DEVICE, &device_stand_in, nullptr, ignore, nullptr));
+     }},
+    {"a QP handler asking for CQ_ERR", "ibev_attach", EINVAL,
+     [](ibev_dispatcher* d) {
+       const int cq_err = IBV_EVENT_CQ_ERR;
+       const ibev_filter filter{&cq_err, 1, 0};
+       return made(ibev_attach(d, IBEV_ELEMENT_QP, &qp_stand_in, &filter, ignore, nullptr));
+     }},
+    {"no handler function", "ibev_attach", EINVAL,
+     [](ibev_dispatcher* d) {
+       return made(ibev_attach(d, IBEV_ELEMENT_QP, &qp_stand_in, nullptr, nullptr, nullptr));
+     }},
+    {"a filter of two codes at NULL", "ibev_listen", EINVAL,
+     [](ibev_dispatcher* d) {
+       const ibev_filter filter{nullptr, 2, 0};
+       return made(ibev_listen(d, &device_stand_in, &filter, ignore, nullptr));
+     }},
+    {"a filter on port -1", "ibev_listen", EINVAL,
+     [](ibev_dispatcher* d) {
+       const ibev_filter filter{nullptr, 0, -1};
+       return made(ibev_listen(d, &device_stand_in, &filter, ignore, nullptr));
+     }},
+    {"injecting a port event on port 0", "ibev_dispatcher_inject", EINVAL,
+     [](ibev_dispatcher* d) {
+       const ibv_async_event raw =
+           raw_event(IBV_EVENT_PORT_ERR, nullptr, nullptr, nullptr, nullptr, 0);
+       return ibev_dispatcher_inject(d, &device_stand_in, &raw);
+     }},
+    {"injecting on no device", "ibev_dispatcher_inject", EINVAL,
+     [](ibev_dispatcher* d) {
+       const ibv_async_event raw =
+           raw_event(IBV_EVENT_DEVICE_FATAL, nullptr, nullptr, nullptr, nullptr, 0);
+       return ibev_dispatcher_inject(d, nullptr, &raw);
+     }},
+    {"a wait with no timeout", "ibev_wait_for", EINVAL,
+     [](ibev_dispatcher* d) {
+       return made(ibev_wait_for(d, IBEV_ELEMENT_QP, &qp_stand_in, nullptr, 0));
+     }},
+    {"waiting on no waiter", "ibev_waiter_wait", EINVAL,
+     [](ibev_dispatcher*) { return ibev_waiter_wait(nullptr, nullptr, nullptr); }},
+    {"a CQ on no device", "ibev_cq_create", EINVAL,
+     [](ibev_dispatcher*) {
+       return made(ibev_cq_create(nullptr, nullptr, nullptr, nullptr, nullptr));
+     }},
+    {"a QP with no attributes", "ibev_qp_create", EINVAL,
+     [](ibev_dispatcher*) { return made(ibev_qp_create(nullptr, nullptr, nullptr, nullptr)); }},
+    {"a PD on no device", "ibev_pd_create", EINVAL,
+     [](ibev_dispatcher*) { return made(ibev_pd_create(nullptr)); }},
+    {"device clients when devices are not watched", "ibev_clients_create", EINVAL,
+     [](ibev_dispatcher*) {
+       ibev_dispatcher_attr attr{};
+       attr.device_monitor = IBEV_DEVICE_MONITOR_OFF;
+       DispatcherPtr unwatched(ibev_dispatcher_create(&attr));
+       return made(ibev_clients_create(unwatched.get()));
+     }},
+    {"a client with no remove", "ibev_clients_register", EINVAL,
+     [](ibev_dispatcher*) {
+       const ibev_client client{"half", add_nothing, nullptr, nullptr};
+       return made(ibev_clients_register(nullptr, &client));
+     }},
+    {"an endpoint that is not one", "ibev_rc_endpoint_from_wire", EINVAL,
+     [](ibev_dispatcher*) {
+       ibev_rc_endpoint endpoint{};
+       return ibev_rc_endpoint_from_wire("0000:zz", 7, &endpoint);
+     }},
+    {"a PSN wider than 24 bits", "ibev_rc_endpoint_to_wire", EINVAL,
+     [](ibev_dispatcher*) {
+       const ibev_rc_endpoint endpoint{1, {}, 0x1000000, 0};
+       char wire[IBEV_RC_ENDPOINT_WIRE_SIZE];
+       return ibev_rc_endpoint_to_wire(&endpoint, wire);
+     }},
+};
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(bad_input_is_an_errno_naming_the_call, bdata::make(kBadCalls), bad) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  errno = 0;
+  const int result = bad.call(dispatcher.get());
+  const int error = errno;
+  if (result == 0) {  // a make that returned NULL: the errno says why
+    BOOST_TEST(error == bad.error, "errno " << error << ", wanted " << bad.error);
+  } else {
+    BOOST_TEST(result == bad.error, "returned " << result << ", wanted " << bad.error);
+  }
+  const std::string said = ibev_last_error();
+  BOOST_TEST(said.rfind(std::string(bad.api) + ": ", 0) == 0, "'" << said << "'");
+  BOOST_TEST_MESSAGE(bad.name << ": " << said);
+}
+
+BOOST_AUTO_TEST_CASE(the_last_error_is_the_calling_thread_s) {
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_start(nullptr), EINVAL);
+  std::string elsewhere = "unset";
+  std::thread([&] { elsewhere = ibev_last_error(); }).join();
+  BOOST_TEST(elsewhere.empty());
+  BOOST_TEST(std::string(ibev_last_error()).find("dispatcher is NULL") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(controlling_calls_out_of_turn_are_einval_not_exceptions) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_start(dispatcher.get()), 0);
+  BOOST_TEST(ibev_dispatcher_start(dispatcher.get()) == EINVAL);
+  BOOST_TEST(ibev_dispatcher_run_once(dispatcher.get(), 0, nullptr) == EINVAL);
+  BOOST_TEST(std::string(ibev_last_error()).rfind("ibev_dispatcher_run_once: ", 0) == 0);
+  BOOST_TEST(ibev_dispatcher_stop(dispatcher.get()) == 0);
+  BOOST_TEST(ibev_dispatcher_fd(dispatcher.get()) >= 0);
+  BOOST_TEST(ibev_dispatcher_fd(nullptr) == -1);
+}
+
+// ------------------------------------------------ handlers that misbehave
+
+namespace {
+
+// A C++ function passed where C expects a C one: what it throws must not
+// cross the C API (nor reach the C caller's frames).
+void throwing_handler(const ibev_event*, void* context) {
+  ++*static_cast<int*>(context);
+  throw std::runtime_error("thrown inside a C callback");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_handler_that_throws_is_a_failure_record_and_dispatch_goes_on) {
+  Failures failures;
+  DispatcherPtr dispatcher = make_dispatcher(&failures);
+  int calls = 0;
+  HandlePtr handle(ibev_attach(dispatcher.get(), IBEV_ELEMENT_QP, &qp_stand_in, nullptr,
+                               throwing_handler, &calls));
+  BOOST_REQUIRE(handle);
+  const ibv_async_event raw =
+      raw_event(IBV_EVENT_COMM_EST, nullptr, &qp_stand_in, nullptr, nullptr, 0);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_inject(dispatcher.get(), &device_stand_in, &raw), 0);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_inject(dispatcher.get(), &device_stand_in, &raw), 0);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_start(dispatcher.get()), 0);
+  BOOST_TEST(ibev::testing::eventually([&] { return failures.count() == 2; }));
+  BOOST_TEST(calls == 2);  // the second event was delivered after the first threw
+  std::lock_guard<std::mutex> lock(failures.mutex);
+  for (const auto& [kind, description] : failures.seen) {
+    BOOST_TEST(kind == IBEV_FAILURE_HANDLER_THREW);
+    BOOST_TEST(description.find("thrown inside a C callback") != std::string::npos, description);
+  }
+}
+
+namespace {
+
+struct SelfRelease {
+  ibev_handle* handle = nullptr;
+  int calls = 0;
+  static void handler(const ibev_event*, void* context) {
+    auto* self = static_cast<SelfRelease*>(context);
+    ++self->calls;
+    ibev_handle_release(std::exchange(self->handle, nullptr));  // returns at once
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_handler_may_release_its_own_registration) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  SelfRelease self;
+  self.handle = ibev_attach(dispatcher.get(), IBEV_ELEMENT_QP, &qp_stand_in, nullptr,
+                            &SelfRelease::handler, &self);
+  BOOST_REQUIRE(self.handle != nullptr);
+  const ibv_async_event raw =
+      raw_event(IBV_EVENT_COMM_EST, nullptr, &qp_stand_in, nullptr, nullptr, 0);
+  for (int i = 0; i < 3; ++i) {
+    BOOST_REQUIRE_EQUAL(ibev_dispatcher_inject(dispatcher.get(), &device_stand_in, &raw), 0);
+  }
+  run_turns(dispatcher.get());
+  BOOST_TEST(self.calls == 1);
+  BOOST_TEST(self.handle == nullptr);
+}
+
+// ----------------------------------------------------------------- waiting
+
+BOOST_AUTO_TEST_CASE(a_waiter_ends_with_its_event_or_its_timeout) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  const int sq_drained = IBV_EVENT_SQ_DRAINED;
+  const ibev_filter only_sq_drained{&sq_drained, 1, 0};
+  WaiterPtr drained(
+      ibev_wait_for(dispatcher.get(), IBEV_ELEMENT_QP, &qp_stand_in, &only_sq_drained, 10000));
+  WaiterPtr never(
+      ibev_wait_for(dispatcher.get(), IBEV_ELEMENT_QP, &qp_stand_in, &only_sq_drained, 50));
+  BOOST_REQUIRE(drained && never);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_start(dispatcher.get()), 0);
+  ibev_wait_outcome outcome = IBEV_WAIT_EVENT;
+  BOOST_TEST(ibev_waiter_wait(never.get(), &outcome, nullptr) == 0);
+  BOOST_TEST(outcome == IBEV_WAIT_TIMED_OUT);
+
+  const ibv_async_event raw =
+      raw_event(IBV_EVENT_SQ_DRAINED, nullptr, &qp_stand_in, nullptr, nullptr, 0);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_inject(dispatcher.get(), &device_stand_in, &raw), 0);
+  ibev_event event{};
+  BOOST_TEST(ibev_waiter_wait(drained.get(), &outcome, &event) == 0);
+  BOOST_TEST(outcome == IBEV_WAIT_EVENT);
+  BOOST_TEST(event.qp == &qp_stand_in);
+  BOOST_TEST(event.code == IBV_EVENT_SQ_DRAINED);
+}
+
+namespace {
+
+struct WaitInHandler {
+  ibev_waiter* waiter = nullptr;
+  std::atomic<int> result{-1};
+  static void handler(const ibev_event*, void* context) {
+    auto* self = static_cast<WaitInHandler*>(context);
+    self->result = ibev_waiter_wait(self->waiter, nullptr, nullptr);
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(waiting_on_the_dispatching_thread_is_einval_not_a_hang) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  WaitInHandler in_handler;
+  WaiterPtr waiter(ibev_wait_for(dispatcher.get(), IBEV_ELEMENT_CQ, &cq_stand_in, nullptr, 10000));
+  in_handler.waiter = waiter.get();
+  HandlePtr handle(ibev_attach(dispatcher.get(), IBEV_ELEMENT_QP, &qp_stand_in, nullptr,
+                               &WaitInHandler::handler, &in_handler));
+  BOOST_REQUIRE(waiter && handle);
+  const ibv_async_event raw =
+      raw_event(IBV_EVENT_COMM_EST, nullptr, &qp_stand_in, nullptr, nullptr, 0);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_inject(dispatcher.get(), &device_stand_in, &raw), 0);
+  run_turns(dispatcher.get());
+  BOOST_TEST(in_handler.result.load() == EINVAL);
+}
+
+BOOST_AUTO_TEST_CASE(connect_attr_init_gives_ibv_rc_pingpong_s_attributes) {
+  ibev_connect_attr attr;
+  std::memset(&attr, 0xff, sizeof attr);
+  ibev_connect_attr_init(&attr);
+  BOOST_TEST(attr.port == 1);
+  BOOST_TEST(attr.gid_index == 0);
+  BOOST_TEST(attr.path_mtu == 0);  // the port's active MTU
+  BOOST_TEST(attr.timeout == 14);
+  BOOST_TEST(attr.retry_cnt == 7);
+  BOOST_TEST(attr.rnr_retry == 7);
+  BOOST_TEST(attr.min_rnr_timer == 12);
+  BOOST_TEST(attr.max_rd_atomic == 1);
+  BOOST_TEST(attr.access_flags ==
+             (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ));
+}

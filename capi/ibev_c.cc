@@ -22,8 +22,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -66,9 +66,9 @@ thread_local std::string last_error;
 
 // The one translation of a C++ failure: an errno value, and the thread's
 // last error naming the C function and what C++ said.
-int failed(const char* api, std::string what, int error) noexcept {
+int failed(const char* api, const char* what, int error) noexcept {
   try {
-    last_error = std::string(api) + ": " + std::move(what);
+    last_error = std::string(api) + ": " + what;
   } catch (...) {
     last_error.clear();  // no memory for the text; the errno still says it
   }
@@ -144,14 +144,43 @@ ibev_event to_c(const ibev::Event& event) noexcept {
   return c;
 }
 
-static_assert(IBEV_ELEMENT_DEVICE == static_cast<int>(ibev::ElementKind::kDevice));
-static_assert(IBEV_SEVERITY_UNKNOWN == static_cast<int>(ibev::Severity::kUnknown));
-static_assert(IBEV_LOSS_ASYNC_FD_FAILED == static_cast<int>(ibev::DeviceLoss::kAsyncFdFailed));
-static_assert(IBEV_FAILURE_CONNECTION_FAILED ==
-              static_cast<int>(ibev::Failure::Kind::kConnectionFailed));
-static_assert(IBEV_DEVICE_MONITOR_OFF == static_cast<int>(ibev::DeviceMonitor::kOff));
-static_assert(IBEV_CQ_POLLED == static_cast<int>(ibev::CompletionMode::kPolled));
-static_assert(IBEV_WAIT_DEVICE_LOST == static_cast<int>(ibev::WaitResult::Outcome::kDeviceLost));
+// The C enums mirror the C++ ones value for value: a cast between them is
+// the conversion.
+#define IBEV_C_MIRRORS(c_value, cpp_value) \
+  static_assert(static_cast<int>(c_value) == static_cast<int>(cpp_value), #c_value)
+IBEV_C_MIRRORS(IBEV_ELEMENT_CQ, ibev::ElementKind::kCq);
+IBEV_C_MIRRORS(IBEV_ELEMENT_QP, ibev::ElementKind::kQp);
+IBEV_C_MIRRORS(IBEV_ELEMENT_SRQ, ibev::ElementKind::kSrq);
+IBEV_C_MIRRORS(IBEV_ELEMENT_WQ, ibev::ElementKind::kWq);
+IBEV_C_MIRRORS(IBEV_ELEMENT_PORT, ibev::ElementKind::kPort);
+IBEV_C_MIRRORS(IBEV_ELEMENT_DEVICE, ibev::ElementKind::kDevice);
+IBEV_C_MIRRORS(IBEV_SEVERITY_FATAL, ibev::Severity::kFatal);
+IBEV_C_MIRRORS(IBEV_SEVERITY_ERROR, ibev::Severity::kError);
+IBEV_C_MIRRORS(IBEV_SEVERITY_INFORMATIONAL, ibev::Severity::kInformational);
+IBEV_C_MIRRORS(IBEV_SEVERITY_UNKNOWN, ibev::Severity::kUnknown);
+IBEV_C_MIRRORS(IBEV_LOSS_NONE, ibev::DeviceLoss::kNone);
+IBEV_C_MIRRORS(IBEV_LOSS_REMOVED, ibev::DeviceLoss::kRemoved);
+IBEV_C_MIRRORS(IBEV_LOSS_FATAL, ibev::DeviceLoss::kFatal);
+IBEV_C_MIRRORS(IBEV_LOSS_ASYNC_FD_FAILED, ibev::DeviceLoss::kAsyncFdFailed);
+IBEV_C_MIRRORS(IBEV_FAILURE_HANDLER_THREW, ibev::Failure::Kind::kHandlerThrew);
+IBEV_C_MIRRORS(IBEV_FAILURE_VERB_FAILED, ibev::Failure::Kind::kVerbFailed);
+IBEV_C_MIRRORS(IBEV_FAILURE_DEVICE_LOST, ibev::Failure::Kind::kDeviceLost);
+IBEV_C_MIRRORS(IBEV_FAILURE_DESTROY_FAILED, ibev::Failure::Kind::kDestroyFailed);
+IBEV_C_MIRRORS(IBEV_FAILURE_UNDISPATCHED, ibev::Failure::Kind::kUndispatched);
+IBEV_C_MIRRORS(IBEV_FAILURE_STALLED, ibev::Failure::Kind::kStalled);
+IBEV_C_MIRRORS(IBEV_FAILURE_CONNECTION_FAILED, ibev::Failure::Kind::kConnectionFailed);
+IBEV_C_MIRRORS(IBEV_DEVICE_MONITOR_AUTO, ibev::DeviceMonitor::kAuto);
+IBEV_C_MIRRORS(IBEV_DEVICE_MONITOR_UEVENTS, ibev::DeviceMonitor::kUevents);
+IBEV_C_MIRRORS(IBEV_DEVICE_MONITOR_INOTIFY, ibev::DeviceMonitor::kInotify);
+IBEV_C_MIRRORS(IBEV_DEVICE_MONITOR_RESCAN, ibev::DeviceMonitor::kRescan);
+IBEV_C_MIRRORS(IBEV_DEVICE_MONITOR_OFF, ibev::DeviceMonitor::kOff);
+IBEV_C_MIRRORS(IBEV_CQ_EVENT, ibev::CompletionMode::kEvent);
+IBEV_C_MIRRORS(IBEV_CQ_ADAPTIVE, ibev::CompletionMode::kAdaptive);
+IBEV_C_MIRRORS(IBEV_CQ_POLLED, ibev::CompletionMode::kPolled);
+IBEV_C_MIRRORS(IBEV_WAIT_EVENT, ibev::WaitResult::Outcome::kEvent);
+IBEV_C_MIRRORS(IBEV_WAIT_TIMED_OUT, ibev::WaitResult::Outcome::kTimedOut);
+IBEV_C_MIRRORS(IBEV_WAIT_DEVICE_LOST, ibev::WaitResult::Outcome::kDeviceLost);
+#undef IBEV_C_MIRRORS
 
 // A C enum from the caller: in C any int may be stored in one, in C++ an
 // enum holding none of its values is undefined to read (UBSan checks), so
@@ -185,7 +214,7 @@ ibev::EventFilter to_filter(const ibev_filter* filter) {
   if (filter == nullptr) return {};
   ibev::EventFilter result;
   if (filter->count > 0) {
-    result = ibev::EventFilter::of_codes(&require(filter->codes, "filter->codes"), filter->count);
+    result = ibev::EventFilter::of_codes(filter->codes, filter->count);
   }
   if (filter->port != 0) result.on_port(filter->port);
   return result;
@@ -206,10 +235,6 @@ ibev::FailureSink failure_sink(ibev_failure_fn sink, void* context) {
     c.description = description.c_str();
     sink(&c, context);
   };
-}
-
-std::chrono::milliseconds milliseconds_or(int value, int otherwise) {
-  return std::chrono::milliseconds(value != 0 ? value : otherwise);
 }
 
 ibev::WaitTarget wait_target(const ibev_element_kind& kind, void* target) {
@@ -599,7 +624,7 @@ int ibev_qp_connect(ibev_qp* qp, const ibev_rc_endpoint* remote, const ibev_conn
 int ibev_qp_drain(ibev_qp* qp, int timeout_ms, ibev_drain_report* report) {
   return status_call("ibev_qp_drain", [&] {
     ibev::DrainOptions options;
-    options.timeout = milliseconds_or(timeout_ms, 5000);
+    if (timeout_ms != 0) options.timeout = std::chrono::milliseconds(timeout_ms);
     const ibev::DrainReport drained = require(qp, "qp").ref->drain(options);
     if (report == nullptr) return;
     report->send_drained = drained.send_drained ? 1 : 0;

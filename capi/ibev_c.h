@@ -20,21 +20,35 @@
 //
 // Threads. Handlers run on the dispatching thread: the dispatcher's own
 // between ibev_dispatcher_start() and _stop(), or the caller of
-// ibev_dispatcher_run_once(). Every other call may be made from any thread,
-// handlers included, except that one object (a handle, a waiter) must not
-// be destroyed by two threads at once.
+// ibev_dispatcher_run_once() (a CQ made with ibev_cq_attr.dispatcher: its
+// completions on that dispatcher's thread, its CQ_ERR on the device's; the
+// two may run at once, so they share `context` with care). Every other call
+// may be made from any thread, handlers included, with three exceptions: one
+// object (a handle, a waiter) is one thread's at a time; a blocking call
+// (ibev_waiter_wait, ibev_qp_drain) on the thread that drives run_once()
+// waits out its timeout, as nobody dispatches meanwhile (on the dispatching
+// thread itself it is EINVAL); and ibev_dispatcher_destroy() is never called
+// from one of its handlers. Do not release or destroy while holding a lock
+// the handler takes: the call waits for the handler.
 //
 // Lifetime. Each ibev_* object is one reference to the C++ object behind it.
 // Destroying it drops that reference: the rdma-core object is destroyed then,
 // or when the last object made with it is (a QP keeps its CQs, SRQ and PD;
-// everything keeps its device), so C code may destroy in any order. When a
-// CQ, SRQ or QP is destroyed its handler is detached first and the call
-// returns once the handler is not running (at once from inside that
-// handler). The same rule ends every registration (ibev_handle_release):
-// after it returns, the function is not running and never will be, and its
-// context may be freed. The dispatcher must outlive device clients and
-// waiters; the other objects may outlive it (their calls that need it then
-// fail with ENODEV).
+// everything keeps its device). Destroy in rdma-core's order (QPs, then the
+// CQs and SRQ, then the PD and the device) and each call destroys at once.
+// When a CQ, SRQ or QP is destroyed its handler is detached first, and the
+// call returns once the handler is not running (at once from inside that
+// handler): then its context may be freed. A QP made with drain_on_destroy
+// is drained after its _destroy returns, on the dispatching thread, and its
+// CQs (whose handlers hear the flushes) go with it: keep their contexts
+// until the dispatcher is destroyed. The same rule ends every registration
+// (ibev_handle_release): after it returns, the function is not running and
+// never will be. The dispatcher must outlive device clients and waiters;
+// the other objects may outlive it (their calls that need it then fail with
+// ENODEV).
+//
+// Before 1.0 the structs here may change with any minor version, as the
+// C++ API may (the SONAME carries the minor: a program is rebuilt for each).
 #ifndef IBEV_IBEV_C_H_
 #define IBEV_IBEV_C_H_
 
@@ -176,8 +190,9 @@ int ibev_dispatcher_start(ibev_dispatcher *dispatcher);
 // Joins the thread (from a handler: asks it to stop).
 int ibev_dispatcher_stop(ibev_dispatcher *dispatcher);
 // For the application's own loop: when fd() is readable, run_once() serves
-// what is ready, waiting up to `timeout_ms`; `served` (if not NULL) gets the
-// number of sources served.
+// what is ready, waiting up to `timeout_ms` (negative: until something is);
+// `served` (if not NULL) gets the number of sources served. fd() is -1 with
+// errno EINVAL for a NULL dispatcher.
 int ibev_dispatcher_fd(const ibev_dispatcher *dispatcher);
 int ibev_dispatcher_run_once(ibev_dispatcher *dispatcher, int timeout_ms, size_t *served);
 
@@ -201,6 +216,8 @@ ibev_handle *ibev_listen(ibev_dispatcher *dispatcher, struct ibv_context *device
                          const struct ibev_filter *filter, ibev_event_fn handler,
                          void *context);
 
+// `kind` must name what `object` is: the registry keys a handler by both, so
+// a handler attached to a QP as a CQ would never be called.
 // Ends a registration (see Lifetime); NULL is ignored.
 void ibev_handle_release(ibev_handle *handle);
 
@@ -214,7 +231,8 @@ ibev_device *ibev_device_open(ibev_dispatcher *dispatcher, const char *name);
 // lasts only until its remove returns).
 ibev_device *ibev_device_ref(ibev_device *device);
 void ibev_device_destroy(ibev_device *device);
-// NULL once the device is closed (after a loss).
+// The getters return NULL (or IBEV_LOSS_NONE) for a NULL object, setting
+// nothing. NULL once the device is closed (after a loss).
 struct ibv_context *ibev_device_context(const ibev_device *device);
 const char *ibev_device_name(const ibev_device *device);
 // IBEV_LOSS_NONE while the device is there; why it is gone after.
@@ -227,8 +245,11 @@ ibev_handle *ibev_device_listen(ibev_device *device, const struct ibev_filter *f
 // ib_register_client: `add` hears every device present and each added
 // later; `remove` each removed one, after its listeners heard DEVICE_FATAL;
 // then the device is closed. Both run on the dispatching thread. The
-// ibev_device they get is valid until remove returns (ibev_device_ref to
-// keep it longer).
+// ibev_device they get is lent, never to be destroyed: it is valid until
+// remove returns, the client is unregistered or the clients destroyed,
+// whichever comes first (ibev_device_ref() makes a reference of the
+// caller's own). Each client is lent its own: compare devices by
+// ibev_device_context(). An injected DEVICE_FATAL removes nothing.
 struct ibev_client {
   const char *name;  // names it in failures
   void (*add)(ibev_device *device, void *context);
@@ -325,15 +346,18 @@ struct ibev_rc_endpoint {
   uint32_t psn;  // the first PSN the QP sends with
   uint16_t lid;  // InfiniBand; 0 on RoCE
 };
-// ibv_rc_pingpong's text form: "LLLL:QQQQQQ:PPPPPP:" and 32 hex digits.
+// ibv_rc_pingpong's text form: "LLLL:QQQQQQ:PPPPPP:" and 32 hex digits, then
+// a NUL (counted in the size: send all of it).
 #define IBEV_RC_ENDPOINT_WIRE_SIZE 52
 int ibev_rc_endpoint_to_wire(const struct ibev_rc_endpoint *endpoint,
                              char wire[IBEV_RC_ENDPOINT_WIRE_SIZE]);
 int ibev_rc_endpoint_from_wire(const char *wire, size_t length,
                                struct ibev_rc_endpoint *endpoint);
 
-// The attributes set on the way to RTS; ibev_connect_attr_init() gives
-// ibv_rc_pingpong's (and the defaults a NULL attr means).
+// The attributes set on the way to RTS. Start from ibev_connect_attr_init()
+// (ibv_rc_pingpong's, the defaults a NULL attr means): unlike the other
+// attrs here, a zeroed one is not the defaults (port 0, no retries, an
+// infinite ACK timeout).
 struct ibev_connect_attr {
   uint8_t port;
   int gid_index;
@@ -362,7 +386,8 @@ int ibev_qp_connect(ibev_qp *qp, const struct ibev_rc_endpoint *remote,
 // ib_drain_qp: the QP goes to ERR; returns once every work request posted
 // before has completed and the CQ's handler has had those completions
 // (a QP on an SRQ: its send queue, then QP_LAST_WQE_REACHED). Not on the
-// dispatching thread (EINVAL): it delivers what the drain waits for.
+// dispatching thread (EINVAL): it delivers what the drain waits for. Not
+// for a QP on an IBEV_CQ_POLLED CQ (EINVAL: the C++ API's drain polls it).
 // ETIMEDOUT after `timeout_ms` (0: 5000) per queue.
 struct ibev_drain_report {
   int send_drained;
@@ -379,8 +404,9 @@ enum ibev_wait_outcome {
   IBEV_WAIT_DEVICE_LOST,  // the target's device is gone (the event says how)
 };
 
-// One event of one object or device, with a timeout: arm it before the
-// action that raises the event, then wait. `kind` says what `target` is (an
+// One event of one object or device, with a timeout (above 0): arm it
+// before the action that raises the event, then wait. It also ends when the
+// target's device is lost (an injected DEVICE_FATAL does not end it). `kind` says what `target` is (an
 // ibv_cq, ibv_qp, ibv_srq, ibv_wq, or for IBEV_ELEMENT_DEVICE an ibv_context,
 // whose port and device events it hears).
 ibev_waiter *ibev_wait_for(ibev_dispatcher *dispatcher, enum ibev_element_kind kind,

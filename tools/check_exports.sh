@@ -6,7 +6,9 @@
 # boost:: is exported on its own) and the C API's functions, and every
 # function the installed <ibev/ibev_c.h> declares is exported.
 #
-#   tools/check_exports.sh PREFIX/lib/libibev.so   (PREFIX/include/ibev/ibev_c.h beside it)
+#   tools/check_exports.sh LIBDIR/libibev.so [IBEV_C_H]
+#
+# IBEV_C_H defaults to PREFIX/include/ibev/ibev_c.h for LIBDIR PREFIX/lib.
 set -euo pipefail
 lib=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,9 +39,11 @@ if [[ -n $stray || -n $internal ]]; then
   exit 1
 fi
 # The C API: what the header declares (a name followed by its argument
-# list) is what the library defines, neither more nor less.
-header=$(dirname "$(dirname "$lib")")/include/ibev/ibev_c.h
-declared=$(grep -oE '\bibev_[a-z0-9_]+\(' "$header" | tr -d '(' | sort -u)
+# list, comments stripped by the preprocessor) is what the library defines,
+# neither more nor less.
+header=${2:-$(dirname "$(dirname "$lib")")/include/ibev/ibev_c.h}
+declared=$(gcc -fpreprocessed -dD -E -P "$header" | grep -oE '\bibev_[a-z0-9_]+ *\(' |
+  tr -d '( ' | sort -u)
 exported=$(sed -n 's/^\(ibev_[a-z0-9_]*\)@@IBEV_.*/\1/p' <<<"$symbols" | sort -u)
 if [[ -z $declared || $declared != "$exported" ]]; then
   echo "check_exports: the C API in $header and $lib differ:" >&2

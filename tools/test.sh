@@ -144,6 +144,8 @@ check package-contents bash -c "dpkg-deb -c $debs/libibev-dev_*.deb >'$work/dev.
 debs_installed=true
 check apt-install env DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
   "$debs/${runtime}"_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb
+check exports-debs tools/check_exports.sh \
+  "/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/libibev.so" /usr/include/ibev/ibev_c.h
 consumers
 check man-pages bash -c "man -w ibev_dispatcher && man -w 7 ibev"
 purge_packages

@@ -324,13 +324,14 @@ static void rdma(void) {
   ibev_waiter_destroy(established);
   ibev_handle_release(listener);
 out:
-  // Any order: each object keeps what it was made with.
-  ibev_device_destroy(device);
-  ibev_cq_destroy(cq);
-  ibev_pd_destroy(pd);
+  // rdma-core's order (QPs, the CQ, the MR and PD, the device): each
+  // destroy then ends its rdma-core object at once, its handler finished.
   ibev_qp_destroy(a);
-  ibev_mr_destroy(mr);
   ibev_qp_destroy(b);
+  ibev_cq_destroy(cq);
+  ibev_mr_destroy(mr);
+  ibev_pd_destroy(pd);
+  ibev_device_destroy(device);
   ibev_handle_release(registered);
   ibev_clients_destroy(clients);
   ibev_dispatcher_stop(dispatcher);

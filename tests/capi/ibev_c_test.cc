@@ -13,6 +13,7 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -218,6 +219,7 @@ struct BadCall {
   const char* name;
   const char* api;  // what ibev_last_error() must name
   int error;
+  const char* reason;  // and what it must say
   // The call; returns its int result, or for a make: 0 when it returned NULL
   // (and -1 when it made something, which fails the test).
   std::function<int(ibev_dispatcher*)> call;
@@ -227,93 +229,98 @@ std::ostream& operator<<(std::ostream& out, const BadCall& b) { return out << b.
 int made(const void* object) { return object == nullptr ? 0 : -1; }
 
 const BadCall kBadCalls[] = {
-    {"starting no dispatcher", "ibev_dispatcher_start", EINVAL,
+    {"starting no dispatcher", "ibev_dispatcher_start", EINVAL, "dispatcher is NULL",
      [](ibev_dispatcher*) { return ibev_dispatcher_start(nullptr); }},
     {"a device monitor that is none of the enum's", "ibev_dispatcher_create", EINVAL,
+     "none of its enum's values",
      [](ibev_dispatcher*) {
        ibev_dispatcher_attr attr{};
        attr.device_monitor = static_cast<ibev_device_monitor>(99);
        return made(ibev_dispatcher_create(&attr));
      }},
-    {"attaching to a port", "ibev_attach", EINVAL,
+    {"attaching to a port", "ibev_attach", EINVAL, "a port is not",
      [](ibev_dispatcher* d) {
        return made(ibev_attach(d, IBEV_ELEMENT_PORT, &qp_stand_in, nullptr, ignore, nullptr));
      }},
-    {"a kind that is none of the enum's", "ibev_wait_for", EINVAL,
+    {"a kind that is none of the enum's", "ibev_wait_for", EINVAL, "kind 42 is none",
      [](ibev_dispatcher* d) {
        ibev_element_kind kind;
        const int bits = 42;  // as C code may pass
        std::memcpy(&kind, &bits, sizeof kind);
        return made(ibev_wait_for(d, kind, &qp_stand_in, nullptr, 100));
      }},
-    {"attaching to a device", "ibev_attach", EINVAL,
+    {"attaching to a device", "ibev_attach", EINVAL, "listened to",
      [](ibev_dispatcher* d) {
        return made(ibev_attach(d, IBEV_ELEMENT_DEVICE, &device_stand_in, nullptr, ignore, nullptr));
      }},
-    {"a QP handler asking for CQ_ERR", "ibev_attach", EINVAL,
+    {"a QP handler asking for CQ_ERR", "ibev_attach", EINVAL, "never reaches a qp handler",
      [](ibev_dispatcher* d) {
        const int cq_err = IBV_EVENT_CQ_ERR;
        const ibev_filter filter{&cq_err, 1, 0};
        return made(ibev_attach(d, IBEV_ELEMENT_QP, &qp_stand_in, &filter, ignore, nullptr));
      }},
-    {"no handler function", "ibev_attach", EINVAL,
+    {"no handler function", "ibev_attach", EINVAL, "handler is NULL",
      [](ibev_dispatcher* d) {
        return made(ibev_attach(d, IBEV_ELEMENT_QP, &qp_stand_in, nullptr, nullptr, nullptr));
      }},
-    {"a filter of two codes at NULL", "ibev_listen", EINVAL,
+    {"a filter of two codes at NULL", "ibev_listen", EINVAL, "codes is null",
      [](ibev_dispatcher* d) {
        const ibev_filter filter{nullptr, 2, 0};
        return made(ibev_listen(d, &device_stand_in, &filter, ignore, nullptr));
      }},
-    {"a filter on port -1", "ibev_listen", EINVAL,
+    {"a filter on port -1", "ibev_listen", EINVAL, "port numbers start at 1",
      [](ibev_dispatcher* d) {
        const ibev_filter filter{nullptr, 0, -1};
        return made(ibev_listen(d, &device_stand_in, &filter, ignore, nullptr));
      }},
     {"injecting a port event on port 0", "ibev_dispatcher_inject", EINVAL,
+     "port numbers start at 1",
      [](ibev_dispatcher* d) {
        const ibv_async_event raw =
            raw_event(IBV_EVENT_PORT_ERR, nullptr, nullptr, nullptr, nullptr, 0);
        return ibev_dispatcher_inject(d, &device_stand_in, &raw);
      }},
-    {"injecting on no device", "ibev_dispatcher_inject", EINVAL,
+    {"injecting on no device", "ibev_dispatcher_inject", EINVAL, "device is NULL",
      [](ibev_dispatcher* d) {
        const ibv_async_event raw =
            raw_event(IBV_EVENT_DEVICE_FATAL, nullptr, nullptr, nullptr, nullptr, 0);
        return ibev_dispatcher_inject(d, nullptr, &raw);
      }},
-    {"a wait with no timeout", "ibev_wait_for", EINVAL,
+    {"a wait with no timeout", "ibev_wait_for", EINVAL, "above zero",
      [](ibev_dispatcher* d) {
        return made(ibev_wait_for(d, IBEV_ELEMENT_QP, &qp_stand_in, nullptr, 0));
      }},
-    {"waiting on no waiter", "ibev_waiter_wait", EINVAL,
+    {"waiting on no waiter", "ibev_waiter_wait", EINVAL, "waiter is NULL",
      [](ibev_dispatcher*) { return ibev_waiter_wait(nullptr, nullptr, nullptr); }},
-    {"a CQ on no device", "ibev_cq_create", EINVAL,
+    {"a CQ on no device", "ibev_cq_create", EINVAL, "device is NULL",
      [](ibev_dispatcher*) {
        return made(ibev_cq_create(nullptr, nullptr, nullptr, nullptr, nullptr));
      }},
-    {"a QP with no attributes", "ibev_qp_create", EINVAL,
+    {"a QP with no attributes", "ibev_qp_create", EINVAL, "attr is NULL",
      [](ibev_dispatcher*) { return made(ibev_qp_create(nullptr, nullptr, nullptr, nullptr)); }},
-    {"a PD on no device", "ibev_pd_create", EINVAL,
+    {"a PD on no device", "ibev_pd_create", EINVAL, "device is NULL",
      [](ibev_dispatcher*) { return made(ibev_pd_create(nullptr)); }},
     {"device clients when devices are not watched", "ibev_clients_create", EINVAL,
+     "device_monitor is kOff",
      [](ibev_dispatcher*) {
        ibev_dispatcher_attr attr{};
        attr.device_monitor = IBEV_DEVICE_MONITOR_OFF;
        DispatcherPtr unwatched(ibev_dispatcher_create(&attr));
        return made(ibev_clients_create(unwatched.get()));
      }},
-    {"a client with no remove", "ibev_clients_register", EINVAL,
-     [](ibev_dispatcher*) {
+    {"a client with no remove", "ibev_clients_register", EINVAL, "add and remove are required",
+     [](ibev_dispatcher* d) {
+       std::unique_ptr<ibev_clients, Freed<ibev_clients_destroy>> clients(ibev_clients_create(d));
+       BOOST_REQUIRE_MESSAGE(clients, ibev_last_error());
        const ibev_client client{"half", add_nothing, nullptr, nullptr};
-       return made(ibev_clients_register(nullptr, &client));
+       return made(ibev_clients_register(clients.get(), &client));
      }},
-    {"an endpoint that is not one", "ibev_rc_endpoint_from_wire", EINVAL,
+    {"an endpoint that is not one", "ibev_rc_endpoint_from_wire", EINVAL, "not 51",
      [](ibev_dispatcher*) {
        ibev_rc_endpoint endpoint{};
        return ibev_rc_endpoint_from_wire("0000:zz", 7, &endpoint);
      }},
-    {"a PSN wider than 24 bits", "ibev_rc_endpoint_to_wire", EINVAL,
+    {"a PSN wider than 24 bits", "ibev_rc_endpoint_to_wire", EINVAL, "24 bits",
      [](ibev_dispatcher*) {
        const ibev_rc_endpoint endpoint{1, {}, 0x1000000, 0};
        char wire[IBEV_RC_ENDPOINT_WIRE_SIZE];
@@ -335,6 +342,7 @@ BOOST_DATA_TEST_CASE(bad_input_is_an_errno_naming_the_call, bdata::make(kBadCall
   }
   const std::string said = ibev_last_error();
   BOOST_TEST(said.rfind(std::string(bad.api) + ": ", 0) == 0, "'" << said << "'");
+  BOOST_TEST(said.find(bad.reason) != std::string::npos, "'" << said << "'");
   BOOST_TEST_MESSAGE(bad.name << ": " << said);
 }
 
@@ -419,6 +427,50 @@ BOOST_AUTO_TEST_CASE(a_handler_may_release_its_own_registration) {
   run_turns(dispatcher.get());
   BOOST_TEST(self.calls == 1);
   BOOST_TEST(self.handle == nullptr);
+}
+
+namespace {
+
+// A handler held inside its call until the test lets it go.
+struct Held {
+  std::atomic<bool> entered{false};
+  std::atomic<bool> go{false};
+  std::atomic<bool> returned{false};
+  static void handler(const ibev_event*, void* context) {
+    auto* self = static_cast<Held*>(context);
+    self->entered = true;
+    while (!self->go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    self->returned = true;
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_release_on_another_thread_returns_after_the_running_handler) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  Held held;
+  ibev_handle* handle =
+      ibev_attach(dispatcher.get(), IBEV_ELEMENT_QP, &qp_stand_in, nullptr, &Held::handler, &held);
+  BOOST_REQUIRE(handle != nullptr);
+  const ibv_async_event raw =
+      raw_event(IBV_EVENT_COMM_EST, nullptr, &qp_stand_in, nullptr, nullptr, 0);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_inject(dispatcher.get(), &device_stand_in, &raw), 0);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_start(dispatcher.get()), 0);
+  BOOST_REQUIRE(ibev::testing::eventually([&] { return held.entered.load(); }));
+  std::atomic<bool> released{false};
+  bool handler_done_at_release = false;
+  std::thread releasing([&] {
+    ibev_handle_release(handle);
+    handler_done_at_release = held.returned;  // the context may be freed now
+    released = true;
+  });
+  // The release waits while the handler runs; the handler is not let go
+  // before the release had time to return wrongly.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  BOOST_TEST(!released.load());
+  held.go = true;
+  releasing.join();
+  BOOST_TEST(handler_done_at_release);
 }
 
 // ----------------------------------------------------------------- waiting

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Builds and runs the CMake, make and C consumers (examples/consumer-cmake,
-# examples/consumer-make, examples/consumer-c) against an installed ibev, out
-# of the tree:
+# examples/consumer-make, examples/consumer-c) and the Python module's tests
+# (tests/python) against an installed ibev, out of the tree:
 #
 #   tools/consumers.sh PREFIX    ibev installed by tools/install.sh PREFIX
 #   tools/consumers.sh           ibev installed in the system (the .debs)
 #
 # The CMake consumer's ctest runs the program and, through the installed
-# ibev-softroce-run, runs it again against soft-RoCE; so does the C consumer,
-# built by gcc as C11 with no C++ in its build. Prints one line per
-# consumer, "consumer-X: passed" or "consumer-X: failed", with the log of a
-# failure; exits 1 when any failed.
+# ibev-softroce-run, runs it again against soft-RoCE; so do the C consumer,
+# built by gcc as C11 with no C++ in its build, and the pytest suite.
+# Prints one line per consumer, "consumer-X: passed" or "consumer-X: failed",
+# with the log of a failure; exits 1 when any failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${1:-}
@@ -85,5 +85,20 @@ runner=ibev-softroce-run
   "$runner" -- "$work/c/consumer-c" --rdma
 ) >"$work/c.log" 2>&1
 report c $? "$work/c.log"
+
+# The Python module as installed (Debian's python3 finds the .deb's in
+# /usr/lib/python3/dist-packages; a prefix's through PYTHONPATH): ibev's own
+# pytest suite, without a device and then on soft-RoCE.
+python_path=${PYTHONPATH:-}
+[[ -n $prefix ]] && python_path=$prefix/lib/python3/dist-packages${python_path:+:$python_path}
+(
+  set -e
+  cd "$work"
+  export PYTHONPATH=$python_path
+  /usr/bin/python3 -c 'import ibev, sys; print("ibev", ibev.__version__, "from", ibev.__file__)'
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python/test_host.py"
+  "$runner" -- /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python/test_softroce.py"
+) >"$work/python.log" 2>&1
+report python $? "$work/python.log"
 
 exit "$status"

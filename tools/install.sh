@@ -8,6 +8,7 @@
 #   PREFIX/bin/ibev-softroce-run     runs a program against soft-RoCE
 #   PREFIX/share/doc/ibev/html/      the API reference (Doxygen; IBEV_DOCS=OFF skips it)
 #   PREFIX/share/man/man3, man7      ibev_*(3), one per main type, and ibev(7)
+#   PREFIX/lib/python3/dist-packages/ibev/   the Python module (IBEV_PYTHON=OFF skips it)
 #
 #   tools/install.sh PREFIX
 #
@@ -15,7 +16,8 @@
 # as Debian lays libraries out. DESTDIR is honoured (tools/package.sh stages
 # with it). The build directory
 # is build/cmake in the tree, or IBEV_BUILD_DIR; rebuilding is incremental.
-# Needs cmake, g++, libibverbs-dev, librdmacm-dev and libboost-dev (tools/setup.sh).
+# Needs cmake, g++, libibverbs-dev, librdmacm-dev and libboost-dev, and for the
+# Python module python3-dev and pybind11-dev (tools/setup.sh).
 set -euo pipefail
 
 if [[ $# -ne 1 || $1 == -* ]]; then
@@ -33,7 +35,8 @@ libdir=()
 [[ $prefix == /usr ]] || libdir=(-DCMAKE_INSTALL_LIBDIR=lib)
 cmake --fresh -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_INSTALL_PREFIX="$prefix" "${libdir[@]}" \
-  -DIBEV_WERROR="${IBEV_WERROR:-OFF}" -DIBEV_DOCS="${IBEV_DOCS:-ON}" >/dev/null
+  -DIBEV_WERROR="${IBEV_WERROR:-OFF}" -DIBEV_DOCS="${IBEV_DOCS:-ON}" \
+  -DIBEV_PYTHON="${IBEV_PYTHON:-ON}" >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 cmake --install "$build" >/dev/null
 echo "install: ibev installed into ${DESTDIR:-}$prefix"

@@ -8,6 +8,7 @@
 #                 the API reference (share/doc/libibev-dev/html, registered
 #                 with doc-base), ibev_*(3) and ibev(7), the docs and examples
 #   ibev-tools    ibev-watch, ibev-softroce-run (and their man pages)
+#   python3-ibev  the Python module ibev (/usr/lib/python3/dist-packages)
 #
 #   tools/package.sh [OUTDIR]       (default build/deb)
 #
@@ -49,6 +50,7 @@ take "$runtime" "$lib/libibev.so.$soversion" "$lib/libibev.so.$version"
 take libibev-dev include/ibev "$lib/libibev.so" "$lib/libibev.a" "$lib/pkgconfig" "$lib/cmake"
 take libibev-dev share/man/man3 share/man/man7 share/doc/ibev/html
 take ibev-tools bin share/man share/ibev
+take python3-ibev lib/python3
 leftover=$(cd "$tree" && find . -type f -o -type l)
 [[ -z $leftover ]] || { echo "package: files in no package: $leftover" >&2; exit 1; }
 
@@ -61,6 +63,9 @@ strip_elf --strip-unneeded "$work/$runtime/usr/$lib/libibev.so.$version"
 chmod 0644 "$work/$runtime/usr/$lib/libibev.so.$version"
 strip_elf --strip-debug --enable-deterministic-archives "$work/libibev-dev/usr/$lib/libibev.a"
 strip_elf --strip-unneeded "$work/ibev-tools/usr/bin/ibev-watch"
+python_module=$(echo "$work"/python3-ibev/usr/lib/python3/dist-packages/ibev/_ibev.*.so)
+strip_elf --strip-unneeded "$python_module"
+chmod 0644 "$python_module"
 gzip -9n "$work"/*/usr/share/man/man*/*.[0-9]
 
 # The -dev package's documentation, as Debian's -dev packages carry it.
@@ -99,6 +104,12 @@ lib_depends=$(shlibs "$work/$runtime/usr/$lib/libibev.so.$version")
 tools_depends=$(shlibs "$work/ibev-tools/usr/bin/ibev-watch")
 tools_depends=$(tr ',' '\n' <<<"$tools_depends" | sed 's/^ *//' | grep -v "^$runtime" |
   paste -sd, | sed 's/,/, /g')
+python_depends=$(shlibs "$python_module")
+python_depends=$(tr ',' '\n' <<<"$python_depends" | sed 's/^ *//' | grep -v "^$runtime" |
+  paste -sd, | sed 's/,/, /g')
+# The CPython the module is built for: its ABI is in the module's name.
+python_version=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+python_next=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % (sys.version_info[0], sys.version_info[1] + 1))')
 
 # /usr/share/doc/NAME: the machine-readable copyright (DEP-5) and the
 # changelog of a native package.
@@ -169,13 +180,16 @@ echo "activate-noawait ldconfig" >"$work/$runtime/DEBIAN/triggers"
 control libibev-dev libdevel \
   "$runtime (= $version), libibverbs-dev, librdmacm-dev, libboost-dev" \
   "RDMA event layer (development files)" </dev/null
+control python3-ibev python \
+  "$runtime (= $version), python3 (>= $python_version~), python3 (<< $python_next), $python_depends" \
+  "RDMA event layer (Python 3 module)" </dev/null
 control ibev-tools net "$runtime (= $version), $tools_depends" \
   "RDMA event layer (ibev-watch, ibev-softroce-run)" <<'EXTRA'
 Recommends: qemu-system-x86, busybox-static, kmod, cpio, iproute2, rdma-core
 EXTRA
 
 mkdir -p "$out"
-for name in "$runtime" libibev-dev ibev-tools; do
+for name in "$runtime" libibev-dev ibev-tools python3-ibev; do
   dpkg-deb --root-owner-group -Zxz --build "$work/$name" \
     "$out/${name}_${version}_${arch}.deb" >/dev/null
   echo "package: $out/${name}_${version}_${arch}.deb"

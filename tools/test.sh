@@ -24,7 +24,7 @@ if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
 runtime=libibev$(tools/version.sh --soversion)
 purge_packages() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get purge -y -q \
-    "$runtime" libibev-dev ibev-tools >/dev/null 2>&1 || true
+    "$runtime" libibev-dev ibev-tools python3-ibev >/dev/null 2>&1 || true
 }
 
 # Every temporary file and folder of the run is under $work, removed on exit
@@ -143,7 +143,8 @@ check package-contents bash -c "dpkg-deb -c $debs/libibev-dev_*.deb >'$work/dev.
   echo 'libibev-dev: docs, API reference, man pages and examples (C too), no internal header'"
 debs_installed=true
 check apt-install env DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
-  "$debs/${runtime}"_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb
+  "$debs/${runtime}"_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb \
+  "$debs"/python3-ibev_*.deb
 check exports-debs tools/check_exports.sh \
   "/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/libibev.so" /usr/include/ibev/ibev_c.h
 consumers

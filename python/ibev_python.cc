@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -43,6 +44,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -65,8 +67,10 @@ class Kept {
   struct Held {
     explicit Held(py::object o) : object(std::move(o)) {}
     ~Held() {
-      if (!Py_IsInitialized()) {
-        object.release();  // the interpreter is gone: nothing to drop it with
+      if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+        // Taking the GIL now would end this thread (CPython does that to
+        // threads that ask for it during finalization): leak it instead.
+        object.release();
         return;
       }
       py::gil_scoped_acquire gil;
@@ -85,6 +89,9 @@ class Callable {
 
   template <typename... Args>
   void operator()(Args&&... args) const {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+      throw std::runtime_error("not called: the Python interpreter is finalizing");
+    }
     py::gil_scoped_acquire gil;
     try {
       function_.get()(std::forward<Args>(args)...);
@@ -99,28 +106,40 @@ class Callable {
   Kept function_;
 };
 
-// An event as Python keeps it: the value, and what it names read while the
-// objects are alive (a handler's event may outlive them).
+// An event as Python keeps it: the value, with the names of what it is
+// about taken when the handler was given (the device's name; a QP's number).
+// Nothing is read through the event's pointers at delivery: a device
+// listener's or a wait's object may be destroyed between the ack and the
+// delivery.
 struct PyEvent {
   Event event;
-  std::string device;                   // the device's name
-  std::optional<std::uint32_t> qp_num;  // a QP event's QP
+  std::string device;
+  std::optional<std::uint32_t> qp_num;  // a QP event's, for a handler of that QP
 };
 
-PyEvent to_python(const Event& event) {
-  PyEvent e{event, {}, {}};
-  if (event.device() != nullptr && event.device()->device != nullptr) {
-    e.device = ibv_get_device_name(event.device()->device);
+// What a handler or wait is about, named while it is alive.
+struct About {
+  std::string device;
+  std::optional<std::uint32_t> qp_num;
+  // A QP's own handler: its QP outlives every call (closing it waits for
+  // the handler), so the number is read from the event.
+  bool own_qp = false;
+};
+
+PyEvent to_python(const Event& event, const About& about) {
+  std::optional<std::uint32_t> qp_num;
+  if (event.qp() != nullptr) qp_num = about.own_qp ? event.qp()->qp_num : about.qp_num;
+  if (auto number = event.object_number(); number && number->kind == ElementKind::kQp) {
+    qp_num = number->number;
   }
-  if (event.qp() != nullptr) e.qp_num = event.qp()->qp_num;
-  return e;
+  return PyEvent{event, about.device, qp_num};
 }
 
-Handler event_handler(const py::object& handler) {
+Handler event_handler(const py::object& handler, About about) {
   if (handler.is_none()) return {};
   if (!PyCallable_Check(handler.ptr())) throw py::type_error("a handler must be callable");
   Callable call(handler);
-  return [call](const Event& event) { call(to_python(event)); };
+  return [call, about = std::move(about)](const Event& event) { call(to_python(event, about)); };
 }
 
 EventFilter event_filter(const std::optional<std::vector<int>>& types, std::optional<int> port) {
@@ -137,13 +156,25 @@ auto without_gil(Call&& call) {
   return call();
 }
 
+// A duration given in seconds: finite and not negative, rounded up to
+// whole milliseconds (0.0001 s is 1 ms, not 0).
+std::chrono::milliseconds seconds(double value, const char* what = "timeout") {
+  if (!std::isfinite(value) || value < 0 || value > 1e9) {
+    throw py::value_error(std::string(what) +
+                          " must be a finite number of seconds, at least 0, "
+                          "not " +
+                          py::str(py::float_(value)).cast<std::string>());
+  }
+  return std::chrono::milliseconds(static_cast<long>(std::ceil(value * 1000)));
+}
+
 // ------------------------------------------------------------ the objects
 
 // Device clients must go before their Dispatcher (C++'s rule); Python may
 // drop them in any order, so the Dispatcher ends them first when it closes.
 struct ClientsSlot {
   std::mutex mutex;
-  std::unique_ptr<DeviceClients> clients;
+  std::unique_ptr<DeviceClients> clients;  // null once ended
   void end() {
     std::unique_ptr<DeviceClients> ending;
     {
@@ -154,12 +185,27 @@ struct ClientsSlot {
   }
 };
 
+// A reference to the C++ Dispatcher for one call that lets go of the GIL:
+// another Python thread's close() then cannot destroy it mid-call, and if
+// that close() came first, the last reference goes here, without the GIL.
+class InUse {
+ public:
+  explicit InUse(std::shared_ptr<Dispatcher> dispatcher) : dispatcher_(std::move(dispatcher)) {}
+  ~InUse() {
+    without_gil([&] { dispatcher_.reset(); });
+  }
+  Dispatcher& operator*() const { return *dispatcher_; }
+
+ private:
+  std::shared_ptr<Dispatcher> dispatcher_;
+};
+
 class PyDispatcher {
  public:
   PyDispatcher(py::object on_failure, double stall_after, unsigned batch) {
     Dispatcher::Options options;
     options.batch = batch;
-    options.stall_after = std::chrono::milliseconds(static_cast<long>(stall_after * 1000));
+    options.stall_after = seconds(stall_after, "stall_after");
     if (!on_failure.is_none()) {
       if (!PyCallable_Check(on_failure.ptr())) throw py::type_error("on_failure must be callable");
       Callable sink(std::move(on_failure));
@@ -172,32 +218,46 @@ class PyDispatcher {
         }
       };
     }
-    dispatcher_ = std::make_unique<Dispatcher>(std::move(options));
+    dispatcher_ = std::make_shared<Dispatcher>(std::move(options));
   }
   ~PyDispatcher() { close(); }
 
-  Dispatcher& get() const {
+  // Under the GIL: the Dispatcher for a call, or ValueError once closed.
+  InUse use() const {
     if (!dispatcher_) throw py::value_error("the Dispatcher is closed");
-    return *dispatcher_;
+    return InUse(dispatcher_);
   }
+  bool closed() const { return !dispatcher_; }
+
   std::shared_ptr<ClientsSlot> add_clients() {
     auto slot = std::make_shared<ClientsSlot>();
-    Dispatcher& dispatcher = get();
-    slot->clients = without_gil([&] { return std::make_unique<DeviceClients>(dispatcher); });
+    {
+      InUse dispatcher = use();
+      auto clients = without_gil([&] { return std::make_unique<DeviceClients>(*dispatcher); });
+      if (closed()) {  // closed meanwhile: the clients must not outlive it
+        without_gil([&] { clients.reset(); });
+        throw py::value_error("the Dispatcher is closed");
+      }
+      slot->clients = std::move(clients);
+    }
+    // Slots whose clients were closed are dropped as new ones come.
+    clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
+                                  [](const auto& s) { return s.use_count() == 1; }),
+                   clients_.end());
     clients_.push_back(slot);
     return slot;
   }
   void close() {
     std::vector<std::shared_ptr<ClientsSlot>> clients = std::move(clients_);
-    std::unique_ptr<Dispatcher> ending = std::move(dispatcher_);
+    std::shared_ptr<Dispatcher> ending = std::move(dispatcher_);
     without_gil([&] {
       for (const auto& slot : clients) slot->end();
-      ending.reset();
+      ending.reset();  // the last reference, unless a call on another thread still runs
     });
   }
 
  private:
-  std::unique_ptr<Dispatcher> dispatcher_;
+  std::shared_ptr<Dispatcher> dispatcher_;
   std::vector<std::shared_ptr<ClientsSlot>> clients_;  // touched under the GIL
 };
 
@@ -262,9 +322,11 @@ class PyDeviceClients {
   PyDeviceClients(std::shared_ptr<ClientsSlot> slot, py::object dispatcher)
       : dispatcher(std::move(dispatcher)), slot_(std::move(slot)) {}
   ~PyDeviceClients() { close(); }
-  DeviceClients& get() const {
+  // Registers under the slot's lock: a close() on another thread waits.
+  Handle register_client(DeviceClient client) const {
+    std::lock_guard<std::mutex> lock(slot_->mutex);
     if (!slot_->clients) throw py::value_error("the DeviceClients are closed");
-    return *slot_->clients;
+    return slot_->clients->register_client(std::move(client));
   }
   void close() {
     without_gil([&] { slot_->end(); });
@@ -275,11 +337,31 @@ class PyDeviceClients {
   std::shared_ptr<ClientsSlot> slot_;
 };
 
-// A registered region keeps the Python buffer exported (a bytearray cannot
-// be resized under it) until the region is gone.
+// A Python buffer exported for as long as a region registers it (a
+// bytearray cannot be resized under it): one C-contiguous block, writable
+// when the region's access lets the device write (a strided view would
+// register memory outside the view). Released under the GIL.
+class BufferView {
+ public:
+  BufferView(const py::object& buffer, bool writable) {
+    if (PyObject_GetBuffer(buffer.ptr(), &view_,
+                           PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+      throw py::error_already_set();  // BufferError or TypeError, with Python's words
+    }
+  }
+  ~BufferView() { PyBuffer_Release(&view_); }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  void* data() const { return view_.buf; }
+  std::size_t size() const { return static_cast<std::size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
 class PyMemoryRegion : public Shared<MemoryRegion> {
  public:
-  PyMemoryRegion(std::shared_ptr<MemoryRegion> mr, std::unique_ptr<py::buffer_info> view)
+  PyMemoryRegion(std::shared_ptr<MemoryRegion> mr, std::unique_ptr<BufferView> view)
       : Shared(std::move(mr)), view_(std::move(view)) {}
   ~PyMemoryRegion() override {
     // The region first (Shared's destructor runs after this one: close it
@@ -299,7 +381,7 @@ class PyMemoryRegion : public Shared<MemoryRegion> {
   }
 
  private:
-  std::unique_ptr<py::buffer_info> view_;
+  std::unique_ptr<BufferView> view_;
 };
 
 // A wait's end as Python reads it, converted when it ends (its event's
@@ -309,45 +391,90 @@ struct PyWaitResult {
   std::optional<PyEvent> event;
 };
 
-PyWaitResult to_python(const WaitResult& result) {
+PyWaitResult to_python(const WaitResult& result, const About& about) {
   return {std::string(to_string(result.outcome)),
-          result.event ? std::optional<PyEvent>(to_python(*result.event)) : std::nullopt};
+          result.event ? std::optional<PyEvent>(to_python(*result.event, about)) : std::nullopt};
+}
+
+// The rdma-core object of a Python wrapper, or OSError(ENODEV) once closed.
+template <typename T>
+auto* open_object(const Shared<T>& object, const std::string& what) {
+  auto* raw = (*object).get();
+  if (raw == nullptr) throw_system_error(what + " is closed", ENODEV);
+  return raw;
+}
+
+// An object of another Dispatcher's device would never hear what this one
+// sends or serves: refused.
+void require_served_by(Dispatcher& dispatcher, const Registry& registry, const char* who) {
+  if (&dispatcher.registry() != &registry) {
+    throw py::value_error(std::string(who) + ": its device was opened on another Dispatcher");
+  }
+}
+
+// What a wait targets, from the Python object given, and its names.
+struct Target {
+  WaitTarget target;
+  About about;
+  const Registry* registry;  // where its events are routed
+};
+
+template <typename T>
+const Device& device_of(const T& object) {
+  if constexpr (std::is_same_v<T, SharedReceiveQueue>) {
+    return *object.pd()->device();
+  } else {
+    return *object.device();
+  }
+}
+
+template <typename T>
+Target object_target(const Shared<T>& object, const char* kind) {
+  auto* raw = open_object(object, std::string("wait_for: the ") + kind);
+  const Device& device = device_of(*object);
+  About about{device.name(), std::nullopt, false};
+  if constexpr (std::is_same_v<T, QueuePair>) about.qp_num = raw->qp_num;
+  return Target{raw, about, &device.registry()};
 }
 
 // The blocking wait, on the callback form: wait() blocks without the GIL
-// until the callback, or its own deadline if nobody dispatches.
+// until the callback, or its own deadline if nobody dispatches; the first
+// outcome is the one every wait() returns.
 class PyEventWait {
  public:
-  PyEventWait(Dispatcher& dispatcher, WaitTarget target, EventFilter filter,
+  PyEventWait(Dispatcher& dispatcher, Target target, EventFilter filter,
               std::chrono::milliseconds timeout)
       : dispatcher_(dispatcher.weak_ref()),
         deadline_(std::chrono::steady_clock::now() + timeout),
         state_(std::make_shared<State>()) {
-    handle_ = ibev::wait_for(dispatcher, target, std::move(filter), timeout,
-                             [state = state_](const WaitResult& result) {
-                               std::lock_guard<std::mutex> lock(state->mutex);
-                               state->result = to_python(result);
-                               state->ended.notify_all();
+    handle_ = ibev::wait_for(dispatcher, target.target, std::move(filter), timeout,
+                             [state = state_, about = target.about](const WaitResult& result) {
+                               state->decide(to_python(result, about));
                              });
   }
   ~PyEventWait() { cancel(); }
 
   PyWaitResult wait() {
+    if (cancelled_) throw py::value_error("the wait was cancelled");
     if (auto d = dispatcher_.lock(); d && d->in_dispatcher_thread()) {
       throw py::value_error(
           "EventWait.wait() on the dispatching thread, which delivers what it "
           "waits for, would never return; use wait_for(..., done=...)");
     }
-    return without_gil([&] {
+    PyWaitResult result = without_gil([&] {
       std::unique_lock<std::mutex> lock(state_->mutex);
       state_->ended.wait_until(lock, deadline_, [&] { return state_->result.has_value(); });
-      if (!state_->result) state_->result = PyWaitResult{"timed out", std::nullopt};
+      lock.unlock();
+      state_->decide(PyWaitResult{"timed out", std::nullopt});  // if nothing came first
+      lock.lock();
       return *state_->result;
     });
+    release();  // decided: nothing more is heard
+    return result;
   }
   void cancel() {
-    Handle ending = std::move(handle_);
-    without_gil([&] { ending.release(); });
+    cancelled_ = true;
+    release();
   }
 
  private:
@@ -355,11 +482,23 @@ class PyEventWait {
     std::mutex mutex;
     std::condition_variable ended;
     std::optional<PyWaitResult> result;
+    void decide(PyWaitResult outcome) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (result) return;
+      result = std::move(outcome);
+      ended.notify_all();
+    }
   };
+  void release() {
+    Handle ending = std::move(handle_);
+    without_gil([&] { ending.release(); });
+  }
+
   std::weak_ptr<Dispatcher> dispatcher_;
   std::chrono::steady_clock::time_point deadline_;
   std::shared_ptr<State> state_;
   Handle handle_;
+  bool cancelled_ = false;  // under the GIL
 };
 
 struct WorkCompletion {
@@ -370,22 +509,24 @@ struct WorkCompletion {
   std::uint32_t qp_num;
 };
 
-// What a wait targets, from the Python object given.
-WaitTarget wait_target(const py::object& target) {
-  if (py::isinstance<PyDevice>(target)) return (*target.cast<PyDevice&>()).context();
-  if (py::isinstance<PyQueuePair>(target)) return (*target.cast<PyQueuePair&>()).get();
-  if (py::isinstance<PyCompletionQueue>(target)) return (*target.cast<PyCompletionQueue&>()).get();
+Target wait_target(const py::object& target) {
+  if (py::isinstance<PyDevice>(target)) {
+    const Device& device = *target.cast<PyDevice&>();
+    return Target{device.require_open("wait_for"), About{device.name(), std::nullopt, false},
+                  &device.registry()};
+  }
+  if (py::isinstance<PyQueuePair>(target))
+    return object_target(target.cast<PyQueuePair&>(), "QueuePair");
+  if (py::isinstance<PyCompletionQueue>(target)) {
+    return object_target(target.cast<PyCompletionQueue&>(), "CompletionQueue");
+  }
   if (py::isinstance<PySharedReceiveQueue>(target)) {
-    return (*target.cast<PySharedReceiveQueue&>()).get();
+    return object_target(target.cast<PySharedReceiveQueue&>(), "SharedReceiveQueue");
   }
   throw py::type_error(
       "a wait's target is a Device, QueuePair, CompletionQueue or "
       "SharedReceiveQueue, not " +
       py::str(py::type::of(target).attr("__name__")).cast<std::string>());
-}
-
-std::chrono::milliseconds seconds(double value) {
-  return std::chrono::milliseconds(static_cast<long>(value * 1000));
 }
 
 }  // namespace
@@ -464,18 +605,28 @@ PYBIND11_MODULE(_ibev, m) {
                            "its thread (start()) or in run_once() (asyncio: ibev.drive).")
       .def(py::init<py::object, double, unsigned>(), "on_failure"_a = py::none(),
            "stall_after"_a = 1.0, "batch"_a = 16)
-      .def("start", [](PyDispatcher& d) { without_gil([&] { d.get().start(); }); })
-      .def("stop", [](PyDispatcher& d) { without_gil([&] { d.get().stop(); }); })
+      .def("start",
+           [](PyDispatcher& d) {
+             InUse dispatcher = d.use();
+             without_gil([&] { (*dispatcher).start(); });
+           })
+      .def("stop",
+           [](PyDispatcher& d) {
+             InUse dispatcher = d.use();
+             without_gil([&] { (*dispatcher).stop(); });
+           })
       .def("close", &PyDispatcher::close)
-      .def("fd", [](const PyDispatcher& d) { return d.get().fd(); })
+      .def_property_readonly("closed", &PyDispatcher::closed)
+      .def("fd", [](const PyDispatcher& d) { return (*d.use()).fd(); })
       .def(
           "run_once",
           [](PyDispatcher& d, double timeout) {
-            Dispatcher& dispatcher = d.get();
-            return without_gil([&] { return dispatcher.run_once(seconds(timeout)); });
+            const auto wait = seconds(timeout);
+            InUse dispatcher = d.use();
+            return without_gil([&] { return (*dispatcher).run_once(wait); });
           },
           "timeout"_a = 0.0)
-      .def_property_readonly("running", [](const PyDispatcher& d) { return d.get().running(); })
+      .def_property_readonly("running", [](const PyDispatcher& d) { return (*d.use()).running(); })
       .def(
           "inject",
           [](PyDispatcher& d, const PyDevice& device, int code, std::optional<int> port,
@@ -484,14 +635,16 @@ PYBIND11_MODULE(_ibev, m) {
             if (given > 1) throw py::value_error("inject names one element: port, qp, cq or srq");
             Element element = WholeDevice{};
             if (port) element = Port{*port};
-            if (qp) element = (**qp).get();
-            if (cq) element = (**cq).get();
-            if (srq) element = (**srq).get();
+            if (qp) element = open_object(*qp, "Dispatcher.inject: the QueuePair");
+            if (cq) element = open_object(*cq, "Dispatcher.inject: the CompletionQueue");
+            if (srq) element = open_object(*srq, "Dispatcher.inject: the SharedReceiveQueue");
             ibv_context* context = (*device).require_open("Dispatcher.inject");
             if (!port && !qp && !cq && !srq && find_event_type(code) == nullptr) {
               element = OpaqueElement{0};
             }
-            d.get().inject(context, code, element);
+            InUse dispatcher = d.use();
+            require_served_by(*dispatcher, (*device).registry(), "Dispatcher.inject");
+            (*dispatcher).inject(context, code, element);
           },
           "device"_a, "code"_a, "port"_a = py::none(), "qp"_a = nullptr, "cq"_a = nullptr,
           "srq"_a = nullptr)
@@ -502,8 +655,8 @@ PYBIND11_MODULE(_ibev, m) {
       .def_static(
           "open",
           [](py::object dispatcher, const std::string& name) {
-            Dispatcher& d = dispatcher_of(dispatcher, "Device.open").get();
-            auto device = without_gil([&] { return Device::open(d, name); });
+            InUse d = dispatcher_of(dispatcher, "Device.open").use();
+            auto device = without_gil([&] { return Device::open(*d, name); });
             return std::make_unique<PyDevice>(std::move(device), std::move(dispatcher));
           },
           "dispatcher"_a, "name"_a = "")
@@ -533,7 +686,7 @@ PYBIND11_MODULE(_ibev, m) {
           "listen",
           [](PyDevice& d, py::object handler, std::optional<std::vector<int>> types,
              std::optional<int> port) {
-            Handler call = event_handler(handler);
+            Handler call = event_handler(handler, About{(*d).name(), std::nullopt, false});
             if (!call) throw py::type_error("listen needs a handler");
             return std::make_unique<PyHandle>(
                 (*d).on_event(event_filter(types, port), std::move(call)));
@@ -570,7 +723,7 @@ PYBIND11_MODULE(_ibev, m) {
                   on_remove(std::make_unique<PyDevice>(device, dispatcher.get()),
                             std::string(to_string(loss)));
                 }};
-            return std::make_unique<PyHandle>(clients.get().register_client(std::move(client)));
+            return std::make_unique<PyHandle>(clients.register_client(std::move(client)));
           },
           "name"_a, "add"_a, "remove"_a)
       .def("close", &PyDeviceClients::close);
@@ -579,19 +732,22 @@ PYBIND11_MODULE(_ibev, m) {
       .def(py::init([](const PyDevice& device) {
              return std::make_unique<PyProtectionDomain>(ProtectionDomain::create(device.ref()));
            }),
-           "device"_a)
+           "device"_a, py::keep_alive<1, 2>())
       .def("close", &PyProtectionDomain::close);
 
   py::class_<PyMemoryRegion>(m, "MemoryRegion",
                              "A registered Python buffer (bytearray, memoryview, ...), kept "
                              "exported while registered.")
-      .def(py::init([](const PyProtectionDomain& pd, py::buffer buffer, int access) {
-             auto view = std::make_unique<py::buffer_info>(buffer.request(true));
-             const auto length = static_cast<std::size_t>(view->size * view->itemsize);
-             auto mr = MemoryRegion::create(pd.ref(), view->ptr, length, access);
+      .def(py::init([](const PyProtectionDomain& pd, py::object buffer, int access) {
+             const bool device_writes =
+                 (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+             auto view = std::make_unique<BufferView>(buffer, device_writes);
+             auto mr = MemoryRegion::create(pd.ref(), view->data(), view->size(), access);
              return std::make_unique<PyMemoryRegion>(std::move(mr), std::move(view));
            }),
-           "pd"_a, "buffer"_a, "access"_a = static_cast<int>(IBV_ACCESS_LOCAL_WRITE))
+           "pd"_a, "buffer"_a, "access"_a = static_cast<int>(IBV_ACCESS_LOCAL_WRITE),
+           py::keep_alive<1, 2>())
       .def_property_readonly("lkey", [](const PyMemoryRegion& mr) { return (*mr).lkey(); })
       .def("close", &PyMemoryRegion::close);
 
@@ -626,13 +782,14 @@ PYBIND11_MODULE(_ibev, m) {
             };
             CompletionQueue::Options options;
             options.cqe = cqe;
-            Handler events = event_handler(on_event);
+            Handler events = event_handler(on_event, About{(*device).name(), std::nullopt, false});
             return std::make_unique<PyCompletionQueue>(without_gil([&] {
               return CompletionQueue::create(device.ref(), std::move(handler), std::move(events),
                                              options);
             }));
           }),
-          "device"_a, "on_completion"_a, "on_event"_a = py::none(), "cqe"_a = 64)
+          "device"_a, "on_completion"_a, "on_event"_a = py::none(), "cqe"_a = 64,
+          py::keep_alive<1, 2>())
       .def("close", &PyCompletionQueue::close);
 
   py::class_<PySharedReceiveQueue>(m, "SharedReceiveQueue",
@@ -640,10 +797,12 @@ PYBIND11_MODULE(_ibev, m) {
       .def(py::init([](const PyProtectionDomain& pd, py::object on_event, std::uint32_t max_wr) {
              SharedReceiveQueue::Options options;
              options.max_wr = max_wr;
-             return std::make_unique<PySharedReceiveQueue>(
-                 SharedReceiveQueue::create(pd.ref(), event_handler(on_event), options));
+             return std::make_unique<PySharedReceiveQueue>(SharedReceiveQueue::create(
+                 pd.ref(),
+                 event_handler(on_event, About{(*pd).device()->name(), std::nullopt, false}),
+                 options));
            }),
-           "pd"_a, "on_event"_a = py::none(), "max_wr"_a = 64)
+           "pd"_a, "on_event"_a = py::none(), "max_wr"_a = 64, py::keep_alive<1, 2>())
       .def(
           "arm_limit",
           [](PySharedReceiveQueue& srq, std::uint32_t limit) { (*srq).arm_limit(limit); },
@@ -697,15 +856,18 @@ PYBIND11_MODULE(_ibev, m) {
              if (srq != nullptr) options.srq = srq->ref();
              options.cap.max_send_wr = max_send_wr;
              options.cap.max_recv_wr = max_recv_wr;
-             return std::make_unique<PyQueuePair>(
-                 QueuePair::create(pd.ref(), event_handler(on_event), options));
+             return std::make_unique<PyQueuePair>(QueuePair::create(
+                 pd.ref(),
+                 event_handler(on_event, About{(*pd).device()->name(), std::nullopt, true}),
+                 options));
            }),
            "pd"_a, "send_cq"_a, "recv_cq"_a, "on_event"_a = py::none(), "srq"_a = nullptr,
-           "max_send_wr"_a = 16, "max_recv_wr"_a = 16)
+           "max_send_wr"_a = 16, "max_recv_wr"_a = 16, py::keep_alive<1, 2>())
       .def_property_readonly("qp_num", [](const PyQueuePair& qp) { return (*qp).qp_num(); })
       .def(
           "endpoint",
           [](const PyQueuePair& qp, int port, int gid_index) {
+            if (port < 1 || port > 255) throw py::value_error("port " + std::to_string(port));
             return (*qp).endpoint(static_cast<std::uint8_t>(port), gid_index);
           },
           "port"_a = 1, "gid_index"_a = 0)
@@ -768,18 +930,21 @@ PYBIND11_MODULE(_ibev, m) {
       "wait_for",
       [](PyDispatcher& dispatcher, py::object target, std::optional<std::vector<int>> types,
          std::optional<int> port, double timeout, py::object done) -> py::object {
-        Dispatcher& d = dispatcher.get();
-        const WaitTarget on = wait_target(target);
+        const auto limit = seconds(timeout);
+        InUse d = dispatcher.use();
+        const Target on = wait_target(target);
+        require_served_by(*d, *on.registry, "wait_for");
         EventFilter filter = event_filter(types, port);
         if (done.is_none()) {
-          return py::cast(
-              std::make_unique<PyEventWait>(d, on, std::move(filter), seconds(timeout)));
+          return py::cast(std::make_unique<PyEventWait>(*d, on, std::move(filter), limit));
         }
         if (!PyCallable_Check(done.ptr())) throw py::type_error("done must be callable");
         Callable call(std::move(done));
         return py::cast(std::make_unique<PyHandle>(
-            ibev::wait_for(d, on, std::move(filter), seconds(timeout),
-                           [call](const WaitResult& result) { call(to_python(result)); })));
+            ibev::wait_for(*d, on.target, std::move(filter), limit,
+                           [call, about = on.about](const WaitResult& result) {
+                             call(to_python(result, about));
+                           })));
       },
       "dispatcher"_a, "target"_a, "types"_a = py::none(), "port"_a = py::none(), "timeout"_a = 5.0,
       "done"_a = py::none(),

@@ -94,7 +94,7 @@ python_path=${PYTHONPATH:-}
 (
   set -e
   cd "$work"
-  export PYTHONPATH=$python_path
+  export PYTHONPATH=$python_path PYTHONDONTWRITEBYTECODE=1
   /usr/bin/python3 -c 'import ibev, sys; print("ibev", ibev.__version__, "from", ibev.__file__)'
   /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python/test_host.py"
   "$runner" -- /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python/test_softroce.py"

@@ -36,7 +36,7 @@ libdir=()
 cmake --fresh -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_INSTALL_PREFIX="$prefix" "${libdir[@]}" \
   -DIBEV_WERROR="${IBEV_WERROR:-OFF}" -DIBEV_DOCS="${IBEV_DOCS:-ON}" \
-  -DIBEV_PYTHON="${IBEV_PYTHON:-ON}" >/dev/null
+  -DIBEV_PYTHON="${IBEV_PYTHON:-ON}" -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 cmake --install "$build" >/dev/null
 echo "install: ibev installed into ${DESTDIR:-}$prefix"

@@ -180,6 +180,14 @@ echo "activate-noawait ldconfig" >"$work/$runtime/DEBIAN/triggers"
 control libibev-dev libdevel \
   "$runtime (= $version), libibverbs-dev, librdmacm-dev, libboost-dev" \
   "RDMA event layer (development files)" </dev/null
+# Byte-compiled at install and cleaned at removal, as dh_python3 arranges:
+# otherwise an import as root leaves __pycache__ behind a purge.
+mkdir -p "$work/python3-ibev/DEBIAN"
+printf '#!/bin/sh\nset -e\nif command -v py3compile >/dev/null 2>&1; then\n\tpy3compile -p python3-ibev\nfi\n' \
+  >"$work/python3-ibev/DEBIAN/postinst"
+printf '#!/bin/sh\nset -e\nif command -v py3clean >/dev/null 2>&1; then\n\tpy3clean -p python3-ibev\nfi\n' \
+  >"$work/python3-ibev/DEBIAN/prerm"
+chmod 0755 "$work/python3-ibev/DEBIAN/postinst" "$work/python3-ibev/DEBIAN/prerm"
 control python3-ibev python \
   "$runtime (= $version), python3 (>= $python_version~), python3 (<< $python_next), $python_depends" \
   "RDMA event layer (Python 3 module)" </dev/null

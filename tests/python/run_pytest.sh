@@ -10,6 +10,7 @@ set -euo pipefail
 package=$(dirname "$1")
 shift
 export PYTHONPATH=$(cd "$package/.." && pwd)
+export PYTHONDONTWRITEBYTECODE=1  # nothing written into the tree or runfiles
 runtime=$(ldd "$package/_ibev.so" | awk '/lib(asan|tsan)\.so/ {print $3; exit}')
 if [[ -n $runtime ]]; then
   export LD_PRELOAD="$runtime $(ldd "$package/_ibev.so" | awk '/libstdc\+\+\.so/ {print $3; exit}')"

@@ -5,20 +5,7 @@
 // given as a function and a context become the C++ handlers, which run
 // inside ibev's own reported calls: what a handler throws (a C++ function
 // passed as a C one) is a failure record there, never an exception here.
-#include <ibev/core/event.h>
-#include <ibev/core/event_filter.h>
-#include <ibev/core/failure.h>
-#include <ibev/core/handle.h>
-#include <ibev/dispatch/dispatcher.h>
-#include <ibev/dispatch/event_wait.h>
 #include <ibev/ibev_c.h>
-#include <ibev/verbs/completion_queue.h>
-#include <ibev/verbs/device.h>
-#include <ibev/verbs/device_clients.h>
-#include <ibev/verbs/protection_domain.h>
-#include <ibev/verbs/queue_pair.h>
-#include <ibev/verbs/rc_endpoint.h>
-#include <ibev/verbs/shared_receive_queue.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -31,6 +18,20 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+
+#include <ibev/core/event.h>
+#include <ibev/core/event_filter.h>
+#include <ibev/core/failure.h>
+#include <ibev/core/handle.h>
+#include <ibev/dispatch/dispatcher.h>
+#include <ibev/dispatch/event_wait.h>
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/rc_endpoint.h>
+#include <ibev/verbs/shared_receive_queue.h>
 
 // What C++ shares (a device, what is made on it) C holds one reference to;
 // what it does not (a dispatcher, a registration, a wait) C owns.

@@ -14,21 +14,6 @@
 // Lifetime follows C++: a Device keeps its Dispatcher's registry alive, a
 // QueuePair its CQs and PD; close() ends an object at once, and its calls
 // then raise OSError(ENODEV). A closed Dispatcher raises ValueError.
-#include <ibev/core/event.h>
-#include <ibev/core/event_filter.h>
-#include <ibev/core/event_type.h>
-#include <ibev/core/failure.h>
-#include <ibev/core/handle.h>
-#include <ibev/dispatch/dispatcher.h>
-#include <ibev/dispatch/event_wait.h>
-#include <ibev/verbs/completion_queue.h>
-#include <ibev/verbs/device.h>
-#include <ibev/verbs/device_clients.h>
-#include <ibev/verbs/protection_domain.h>
-#include <ibev/verbs/queue_pair.h>
-#include <ibev/verbs/rc_endpoint.h>
-#include <ibev/verbs/shared_receive_queue.h>
-#include <ibev/version.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -47,6 +32,22 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <ibev/core/event.h>
+#include <ibev/core/event_filter.h>
+#include <ibev/core/event_type.h>
+#include <ibev/core/failure.h>
+#include <ibev/core/handle.h>
+#include <ibev/dispatch/dispatcher.h>
+#include <ibev/dispatch/event_wait.h>
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/rc_endpoint.h>
+#include <ibev/verbs/shared_receive_queue.h>
+#include <ibev/version.h>
 
 namespace py = pybind11;
 using namespace pybind11::literals;

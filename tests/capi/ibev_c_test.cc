@@ -6,12 +6,10 @@
 // a handler may release its own registration. examples/consumer-c runs the
 // same API from C11 on soft-RoCE.
 #define BOOST_TEST_MODULE ibev_capi
-#include <ibev/ibev_c.h>
-
-#include <atomic>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -24,6 +22,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <ibev/ibev_c.h>
 
 #include "tests/support/testing.h"
 

@@ -101,12 +101,13 @@ shlibs() {
     --ignore-missing-info "$@" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
 }
 lib_depends=$(shlibs "$work/$runtime/usr/$lib/libibev.so.$version")
-tools_depends=$(shlibs "$work/ibev-tools/usr/bin/ibev-watch")
-tools_depends=$(tr ',' '\n' <<<"$tools_depends" | sed 's/^ *//' | grep -v "^$runtime" |
-  paste -sd, | sed 's/,/, /g')
-python_depends=$(shlibs "$python_module")
-python_depends=$(tr ',' '\n' <<<"$python_depends" | sed 's/^ *//' | grep -v "^$runtime" |
-  paste -sd, | sed 's/,/, /g')
+# What a program linked against libibev needs besides it: its own package
+# names the runtime with the exact version instead.
+shlibs_beside_runtime() {
+  shlibs "$@" | tr ',' '\n' | sed 's/^ *//' | grep -v "^$runtime" | paste -sd, | sed 's/,/, /g'
+}
+tools_depends=$(shlibs_beside_runtime "$work/ibev-tools/usr/bin/ibev-watch")
+python_depends=$(shlibs_beside_runtime "$python_module")
 # The CPython the module is built for: its ABI is in the module's name.
 python_version=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 python_next=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % (sys.version_info[0], sys.version_info[1] + 1))')

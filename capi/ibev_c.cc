@@ -358,8 +358,7 @@ ibev_handle* ibev_attach(ibev_dispatcher* dispatcher, ibev_element_kind kind, vo
                          const ibev_filter* filter, ibev_event_fn handler, void* context) {
   return make_call("ibev_attach", [&] {
     ibev::Registry& registry = require(dispatcher, "dispatcher").dispatcher.registry();
-    ibev::Handler call = event_handler(handler, context);
-    if (!call) throw std::invalid_argument("handler is NULL");
+    ibev::Handler call = event_handler(&require(handler, "handler"), context);
     return hand_out<ibev_handle>(std::visit(
         [&](auto* target) -> ibev::Handle {
           if constexpr (std::is_same_v<decltype(target), ibv_context*>) {
@@ -375,8 +374,7 @@ ibev_handle* ibev_attach(ibev_dispatcher* dispatcher, ibev_element_kind kind, vo
 ibev_handle* ibev_listen(ibev_dispatcher* dispatcher, ibv_context* device,
                          const ibev_filter* filter, ibev_event_fn handler, void* context) {
   return make_call("ibev_listen", [&] {
-    ibev::Handler call = event_handler(handler, context);
-    if (!call) throw std::invalid_argument("handler is NULL");
+    ibev::Handler call = event_handler(&require(handler, "handler"), context);
     return hand_out<ibev_handle>(
         require(dispatcher, "dispatcher")
             .dispatcher.registry()
@@ -417,8 +415,7 @@ ibev_device_loss ibev_device_lost(const ibev_device* device) {
 ibev_handle* ibev_device_listen(ibev_device* device, const ibev_filter* filter,
                                 ibev_event_fn handler, void* context) {
   return make_call("ibev_device_listen", [&] {
-    ibev::Handler call = event_handler(handler, context);
-    if (!call) throw std::invalid_argument("handler is NULL");
+    ibev::Handler call = event_handler(&require(handler, "handler"), context);
     return hand_out<ibev_handle>(
         require(device, "device").ref->on_event(to_filter(filter), std::move(call)));
   });

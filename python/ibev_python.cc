@@ -84,9 +84,13 @@ class Kept {
 
 // A Python callable held by C++: called with the GIL taken, and what it
 // raises turned into a C++ exception (ibev makes it a failure record).
+// Made under the GIL from what Python passed as `what`: TypeError unless it
+// is callable.
 class Callable {
  public:
-  explicit Callable(py::object function) : function_(std::move(function)) {}
+  Callable(py::object function, const std::string& what) : function_(std::move(function)) {
+    if (!PyCallable_Check(function_.get().ptr())) throw py::type_error(what + " must be callable");
+  }
 
   template <typename... Args>
   void operator()(Args&&... args) const {
@@ -138,8 +142,7 @@ PyEvent to_python(const Event& event, const About& about) {
 
 Handler event_handler(const py::object& handler, About about) {
   if (handler.is_none()) return {};
-  if (!PyCallable_Check(handler.ptr())) throw py::type_error("a handler must be callable");
-  Callable call(handler);
+  Callable call(handler, "a handler");
   return [call, about = std::move(about)](const Event& event) { call(to_python(event, about)); };
 }
 
@@ -208,8 +211,7 @@ class PyDispatcher {
     options.batch = batch;
     options.stall_after = seconds(stall_after, "stall_after");
     if (!on_failure.is_none()) {
-      if (!PyCallable_Check(on_failure.ptr())) throw py::type_error("on_failure must be callable");
-      Callable sink(std::move(on_failure));
+      Callable sink(std::move(on_failure), "on_failure");
       options.on_failure = [sink](const Failure& failure) {
         try {
           sink(std::string(to_string(failure.kind)), describe(failure));
@@ -383,6 +385,21 @@ class PyMemoryRegion : public Shared<MemoryRegion> {
 
  private:
   std::unique_ptr<BufferView> view_;
+};
+
+// One receive work request for [offset, offset + length) of a region, for
+// a QP's receive queue or an SRQ.
+struct Receive {
+  Receive(const PyMemoryRegion& mr, std::size_t offset, std::size_t length, std::uint64_t wr_id)
+      : sge(mr.sge(offset, length)) {
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+  }
+  Receive(const Receive&) = delete;
+  Receive& operator=(const Receive&) = delete;
+  ibv_sge sge;
+  ibv_recv_wr wr{};
 };
 
 // A wait's end as Python reads it, converted when it ends (its event's
@@ -707,10 +724,8 @@ PYBIND11_MODULE(_ibev, m) {
       .def(
           "register",
           [](PyDeviceClients& clients, const std::string& name, py::object add, py::object remove) {
-            if (!PyCallable_Check(add.ptr()) || !PyCallable_Check(remove.ptr())) {
-              throw py::type_error("a client's add and remove must be callable");
-            }
-            Callable on_add(std::move(add)), on_remove(std::move(remove));
+            Callable on_add(std::move(add), "a client's add");
+            Callable on_remove(std::move(remove), "a client's remove");
             // The Device each call is handed remembers the Dispatcher.
             Kept dispatcher(clients.dispatcher);
             DeviceClient client{
@@ -769,10 +784,7 @@ PYBIND11_MODULE(_ibev, m) {
       .def(
           py::init([](const PyDevice& device, py::object on_completion, py::object on_event,
                       int cqe) {
-            if (!PyCallable_Check(on_completion.ptr())) {
-              throw py::type_error("on_completion must be callable");
-            }
-            Callable completions(std::move(on_completion));
+            Callable completions(std::move(on_completion), "on_completion");
             CompletionHandler handler = [completions](const CompletionBatch& batch) {
               py::gil_scoped_acquire gil;
               py::list list;
@@ -812,15 +824,10 @@ PYBIND11_MODULE(_ibev, m) {
           "post_recv",
           [](PySharedReceiveQueue& srq, const PyMemoryRegion& mr, std::size_t offset,
              std::size_t length, std::uint64_t wr_id) {
-            ibv_sge sge = mr.sge(offset, length);
-            ibv_recv_wr wr{};
-            wr.wr_id = wr_id;
-            wr.sg_list = &sge;
-            wr.num_sge = 1;
+            Receive receive(mr, offset, length, wr_id);
             ibv_recv_wr* bad = nullptr;
-            ibv_srq* raw = (*srq).get();
-            if (raw == nullptr) throw_system_error("ibv_post_srq_recv (closed)", ENODEV);
-            if (int rc = ibv_post_srq_recv(raw, &wr, &bad); rc != 0) {
+            ibv_srq* raw = open_object(srq, "ibv_post_srq_recv: the SharedReceiveQueue");
+            if (int rc = ibv_post_srq_recv(raw, &receive.wr, &bad); rc != 0) {
               throw_system_error("ibv_post_srq_recv", rc);
             }
           },
@@ -893,12 +900,8 @@ PYBIND11_MODULE(_ibev, m) {
           "post_recv",
           [](PyQueuePair& qp, const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
              std::uint64_t wr_id) {
-            ibv_sge sge = mr.sge(offset, length);
-            ibv_recv_wr wr{};
-            wr.wr_id = wr_id;
-            wr.sg_list = &sge;
-            wr.num_sge = 1;
-            (*qp).post_recv(wr);
+            Receive receive(mr, offset, length, wr_id);
+            (*qp).post_recv(receive.wr);
           },
           "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0)
       .def(
@@ -939,8 +942,7 @@ PYBIND11_MODULE(_ibev, m) {
         if (done.is_none()) {
           return py::cast(std::make_unique<PyEventWait>(*d, on, std::move(filter), limit));
         }
-        if (!PyCallable_Check(done.ptr())) throw py::type_error("done must be callable");
-        Callable call(std::move(done));
+        Callable call(std::move(done), "done");
         return py::cast(std::make_unique<PyHandle>(
             ibev::wait_for(*d, on.target, std::move(filter), limit,
                            [call, about = on.about](const WaitResult& result) {

@@ -24,6 +24,7 @@
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
 #include <ibev/core/health.h>
+#include <ibev/core/metrics_text.h>
 #include <ibev/core/recovery.h>
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/completions.h>
@@ -34,6 +35,7 @@
 #include <ibev/verbs/connection_health.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
+#include <ibev/verbs/metrics.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/rc_endpoint.h>

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ibev/core/event.h>
@@ -93,6 +94,10 @@ class CounterSnapshot {
 
   EventCounts for_code(int code) const noexcept;
   EventCounts total() const noexcept;
+  // What the counts of bucket `code` (0..kTrackedCodes) are called in
+  // reports: the code's enumerator ("IBV_EVENT_PORT_ERR"), "unknown(N)" for a
+  // code no ibv_event_type names, "other" for the shared bucket.
+  static std::string bucket_name(int code);
   // Completion handlers of the device's CQs that threw.
   std::uint64_t completion_handler_failures() const noexcept {
     return completion_handler_failures_;

@@ -7,7 +7,7 @@
 #   libibev-dev   headers, libibev.so, libibev.a, ibev.pc, the CMake package,
 #                 the API reference (share/doc/libibev-dev/html, registered
 #                 with doc-base), ibev_*(3) and ibev(7), the docs and examples
-#   ibev-tools    ibev-watch, ibev-softroce-run (and their man pages)
+#   ibev-tools    ibev-watch (and its unit ibev-watch.service), ibev-softroce-run, their man pages
 #   python3-ibev  the Python module ibev (/usr/lib/python3/dist-packages)
 #
 #   tools/package.sh [OUTDIR]       (default build/deb)
@@ -51,7 +51,12 @@ take libibev-dev include/ibev "$lib/libibev.so" "$lib/libibev.a" "$lib/pkgconfig
 take libibev-dev share/man/man3 share/man/man7 share/doc/ibev/html
 take ibev-tools bin share/man share/ibev
 take python3-ibev lib/python3
-leftover=$(cd "$tree" && find . -type f -o -type l)
+# The service's unit is the one file outside /usr (CMake puts it where
+# Debian 12's systemd looks, /lib/systemd/system).
+mkdir -p "$work/ibev-tools/lib/systemd"
+mv "$work/root/lib/systemd/system" "$work/ibev-tools/lib/systemd/system"
+rmdir "$work/root/lib/systemd" "$work/root/lib"
+leftover=$(cd "$work/root" && find . -type f -o -type l)
 [[ -z $leftover ]] || { echo "package: files in no package: $leftover" >&2; exit 1; }
 
 # What dh_strip does: no debug information, no .comment/.note sections; a
@@ -170,7 +175,9 @@ Description: $summary
  an event before acking it to rdma-core.
 CONTROL
   cat >>"$work/$name/DEBIAN/control"
-  (cd "$work/$name" && find usr -type f -print0 | sort -z | xargs -0 md5sum >DEBIAN/md5sums)
+  # Every file but DEBIAN's: usr/, and lib/ for the unit.
+  (cd "$work/$name" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' |
+    sort -z | xargs -0 md5sum >DEBIAN/md5sums)
 }
 
 control "$runtime" libs "$lib_depends" "RDMA event layer (runtime library)" <<'EXTRA'

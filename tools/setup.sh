@@ -7,6 +7,11 @@ packages=(
   # build and test
   bazel-bootstrap g++ libibverbs-dev librdmacm-dev ibverbs-providers libboost-dev
   libboost-test-dev
+  # ibev-watch --journal (sd_journal_send)
+  libsystemd-dev
+  # ibev-watch's metrics checked by promtool, scraped by a real Prometheus
+  # server in the soft-RoCE VM (//tests/softroce:ibev_watch_test)
+  prometheus
   # the installable build, its consumers and the Debian packages
   cmake make pkgconf dpkg-dev
   # the packages checked against Debian's rules

@@ -102,9 +102,10 @@ run default //...
 run kernel-6.12 --test_env=IBEV_KERNEL=6.12 --test_tag_filters=softroce //...
 # The sanitizers over everything, the soft-RoCE suite included: the guest
 # runs the instrumented binaries with ASAN_OPTIONS/UBSAN_OPTIONS/TSAN_OPTIONS.
-# Tests only: the benchmarks are built in the default configuration.
-run asan --config=asan --build_tests_only //...
-run tsan --config=tsan --build_tests_only //...
+# Tests only: the benchmarks are built in the default configuration; so are
+# the checks of documents and scripts (tag config_independent), run once.
+run asan --config=asan --build_tests_only --test_tag_filters=-config_independent //...
+run tsan --config=tsan --build_tests_only --test_tag_filters=-config_independent //...
 # A separate workspace that depends on ibev through local_repository.
 pushd examples/consumer-bazel >/dev/null
 run consumer-bazel //...
@@ -139,12 +140,16 @@ check package-contents bash -c "dpkg-deb -c $debs/libibev-dev_*.deb >'$work/dev.
   grep -q 'usr/share/doc/libibev-dev/html/classibev_1_1Dispatcher.html$' '$work/dev.list' &&
   grep -q 'usr/share/man/man3/ibev_dispatcher.3.gz$' '$work/dev.list' &&
   grep -q 'usr/share/man/man7/ibev.7.gz$' '$work/dev.list' &&
+  dpkg-deb -c $debs/ibev-tools_*.deb | grep -q 'lib/systemd/system/ibev-watch.service$' &&
   ! grep 'test_seams' '$work/dev.list' &&
-  echo 'libibev-dev: docs, API reference, man pages and examples (C too), no internal header'"
+  echo 'libibev-dev: docs, API reference, man pages and examples (C too), no internal header; ibev-tools: the unit'"
 debs_installed=true
 check apt-install env DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
   "$debs/${runtime}"_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb \
   "$debs"/python3-ibev_*.deb
+# The service's unit as installed: its binary and man page there, every
+# directive known to this systemd (no systemd as PID 1 is needed for this).
+check unit-verify systemd-analyze verify /lib/systemd/system/ibev-watch.service
 check exports-debs tools/check_exports.sh \
   "/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/libibev.so" /usr/include/ibev/ibev_c.h
 consumers

@@ -7,11 +7,6 @@
 namespace ibev::watch {
 namespace {
 
-std::string enumerator_of(const Event& event) {
-  return event.known() ? std::string(event.info()->enumerator)
-                       : "unknown(" + std::to_string(event.code()) + ")";
-}
-
 std::string address(const void* object) {
   char text[32];
   std::snprintf(text, sizeof text, "%p", object);
@@ -19,6 +14,11 @@ std::string address(const void* object) {
 }
 
 }  // namespace
+
+std::string enumerator_of(const Event& event) {
+  return event.known() ? std::string(event.info()->enumerator)
+                       : "unknown(" + std::to_string(event.code()) + ")";
+}
 
 std::string format_time(Clock::time_point time) {
   const auto since_epoch = time.time_since_epoch();

@@ -26,6 +26,9 @@ using Clock = std::chrono::system_clock;
 // ISO 8601, UTC, microseconds.
 std::string format_time(Clock::time_point time);
 
+// The event's enumerator ("IBV_EVENT_PORT_ERR"), or "unknown(42)".
+std::string enumerator_of(const Event& event);
+
 std::string format_human(const Event& event, std::string_view device,
                          Clock::time_point time);
 std::string format_json(const Event& event, std::string_view device,

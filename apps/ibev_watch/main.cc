@@ -1,14 +1,16 @@
 // ibev-watch: prints every async event of RDMA devices as it arrives.
 //
-//   ibev-watch [-d NAME]... [-j] [-c]      (ibev-watch --help; man ibev-watch)
+//   ibev-watch [-d NAME]... [-j | --journal] [-c] [--metrics-listen HOST:PORT]
+//              [--metrics-textfile PATH]      (ibev-watch --help; man ibev-watch)
 //
 // Watches every device, and those added later (or each -d NAME, also when it
 // is re-added), through an ibev Dispatcher and DeviceClients: prints a line
 // when a device is added or removed and one per port and device event (see
-// format.h). It never holds up a device's delete: a removed device is let go
-// at once. SIGINT or SIGTERM ends it: events already queued are printed,
-// then the counts (--count), then it exits 0. Options and exit codes follow
-// rdma-core's ibv_* tools: getopt_long, usage errors exit 1.
+// format.h), or a journal entry (journal.h); it serves and writes Prometheus
+// metrics (metrics.h, exposition.h). It never holds up a device's delete: a removed device is let
+// go at once. SIGINT or SIGTERM ends it: events already queued are printed, then the counts
+// (--count), then it exits 0. Options and exit codes follow rdma-core's ibv_* tools: getopt_long,
+// usage errors exit 1.
 //
 // main() checks what there is to watch (explaining why not, when it cannot),
 // then starts the Dispatcher with a Watch (watch.h) registered as a device
@@ -28,10 +30,16 @@
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
 
+#include "apps/ibev_watch/exposition.h"
+#include "apps/ibev_watch/metrics.h"
 #include "apps/ibev_watch/options.h"
 #include "apps/ibev_watch/watch.h"
 
 namespace {
+
+// node_exporter's textfile collector reads the file when scraped: the
+// counters are rewritten at least this often, and on every event.
+constexpr std::chrono::seconds kTextfilePeriod{10};
 
 // rdma-core's device list is empty (ENOSYS) both when there is no device and
 // when the kernel has no RDMA at all; /sys/class/infiniband_verbs, which the
@@ -67,8 +75,7 @@ void explain_open_failure(const std::string& name, const std::system_error& e) {
   } else if (error == ENODEV && !kernel_has_rdma()) {
     explain_no_device();
   } else if (error == ENODEV) {
-    std::fprintf(stderr, "ibev-watch: no RDMA device named %s (%s)\n", name.c_str(),
-                 e.what());
+    std::fprintf(stderr, "ibev-watch: no RDMA device named %s (%s)\n", name.c_str(), e.what());
   } else {
     std::fprintf(stderr, "ibev-watch: cannot open %s: %s\n", name.c_str(), e.what());
   }
@@ -117,8 +124,15 @@ int main(int argc, char** argv) {
     }
   }
 
-  ibev::watch::Printer printer(options.json);
-  ibev::watch::Watch watch(dispatcher.registry(), printer, options.devices);
+  ibev::watch::Printer printer(options.journal ? ibev::watch::Output::kJournal
+                               : options.json  ? ibev::watch::Output::kJson
+                                               : ibev::watch::Output::kHuman);
+  // Set before start(): the dispatching thread only reads it.
+  std::unique_ptr<ibev::watch::TextfileWriter> textfile;
+  ibev::watch::WatchMetrics metrics([&textfile] {
+    if (textfile) textfile->changed();
+  });
+  ibev::watch::Watch watch(dispatcher.registry(), printer, metrics, options.devices);
   std::unique_ptr<ibev::DeviceClients> clients;
   try {
     clients = std::make_unique<ibev::DeviceClients>(dispatcher);
@@ -126,6 +140,32 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ibev-watch: cannot watch devices come and go: %s\n", e.what());
     return kCannotWatch;
   }
+
+  // Metrics, from the first device added on.
+  const ibev::watch::Render render = [&] { return metrics.render(dispatcher, clients->devices()); };
+  const ibev::watch::ExpositionFailed failed = [&metrics](const std::string& what) {
+    metrics.scrape_error();
+    std::fprintf(stderr, "ibev-watch: metrics: %s\n", what.c_str());
+  };
+  std::unique_ptr<ibev::watch::MetricsServer> server;
+  try {
+    if (!options.metrics_textfile.empty()) {
+      textfile = std::make_unique<ibev::watch::TextfileWriter>(options.metrics_textfile,
+                                                               kTextfilePeriod, render, failed);
+    }
+    if (!options.metrics_host.empty()) {
+      server = std::make_unique<ibev::watch::MetricsServer>(options.metrics_host,
+                                                            options.metrics_port, render, failed);
+      const bool v6 = options.metrics_host.find(':') != std::string::npos;
+      std::fprintf(stderr, "ibev-watch: serving metrics on http://%s%s%s:%u/metrics\n",
+                   v6 ? "[" : "", options.metrics_host.c_str(), v6 ? "]" : "",
+                   static_cast<unsigned>(server->port()));
+    }
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "ibev-watch: cannot expose metrics: %s\n", e.what());
+    return ibev::watch::kUsageError;
+  }
+
   ibev::Handle client = clients->register_client(watch.client());
   dispatcher.start();
   if (!watch.wait_added(expected, std::chrono::seconds(10))) {
@@ -135,19 +175,20 @@ int main(int argc, char** argv) {
   std::string names;
   for (const auto& name : expected) names += (names.empty() ? "" : ", ") + name;
   if (names.empty()) names = "no device yet";
-  std::fprintf(stderr, "ibev-watch: watching %s%s (devices noticed through %s)\n",
-               names.c_str(), options.devices.empty() ? ", and devices added later" : "",
+  std::fprintf(stderr, "ibev-watch: watching %s%s (devices noticed through %s)\n", names.c_str(),
+               options.devices.empty() ? ", and devices added later" : "",
                std::string(ibev::to_string(dispatcher.device_monitor())).c_str());
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   dispatcher.stop();
   // What was queued before the signal is printed too (bounded).
-  for (int pass = 0; pass < 100 && dispatcher.run_once(std::chrono::milliseconds(0)) > 0;
-       ++pass) {
+  for (int pass = 0; pass < 100 && dispatcher.run_once(std::chrono::milliseconds(0)) > 0; ++pass) {
   }
   if (options.count) ibev::watch::print_counts(watch.counts(clients->devices()), options.json);
   std::fflush(stdout);
+  server.reset();
+  textfile.reset();
   client.release();
   return 0;
 }

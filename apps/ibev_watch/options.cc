@@ -4,6 +4,7 @@
 #include <getopt.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,12 +15,20 @@ namespace ibev::watch {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: ibev-watch [-d NAME]... [-j] [-c]\n"
-    "  -d, --device=NAME  watch this device (repeatable; default: all)\n"
-    "  -j, --json         one JSON object per line\n"
-    "  -c, --count        print per-device, per-event counts at exit\n"
-    "  -V, --version      print the version and exit\n"
-    "  -h, --help         print this help and exit\n";
+    "usage: ibev-watch [-d NAME]... [-j | --journal] [-c] [--metrics-listen HOST:PORT]\n"
+    "                  [--metrics-textfile PATH]\n"
+    "  -d, --device=NAME         watch this device (repeatable; default: all)\n"
+    "  -j, --json                one JSON object per line\n"
+    "      --journal             send events to the systemd journal, not stdout\n"
+    "  -c, --count               print per-device, per-event counts at exit\n"
+    "      --metrics-listen=HOST:PORT\n"
+    "                            serve Prometheus metrics at http://HOST:PORT/metrics\n"
+    "                            (HOST an IP address, [v6] in brackets; empty: 0.0.0.0)\n"
+    "      --metrics-textfile=PATH\n"
+    "                            write them to PATH (atomically) on each event and\n"
+    "                            every 10 s, for node_exporter's textfile collector\n"
+    "  -V, --version             print the version and exit\n"
+    "  -h, --help                print this help and exit\n";
 
 constexpr char kHelp[] =
     "\n"
@@ -40,9 +49,14 @@ constexpr char kHelp[] =
     "         JSON: time, device, change (added, removed), node, loss\n"
     "  --count, at exit: DEVICE EVENT COUNT per line (JSON: count, device, event)\n"
     "\n"
+    "  --journal: one journal entry per line above, with the fields\n"
+    "         RDMA_DEVICE, RDMA_PORT, RDMA_EVENT, RDMA_ELEMENT, RDMA_CHANGE,\n"
+    "         RDMA_LOSS and PRIORITY (journalctl RDMA_EVENT=IBV_EVENT_PORT_ERR)\n"
+    "  metrics: docs/operations.md and ibev-watch(1) list them\n"
+    "\n"
     "Exit status:\n"
     "  0  ended by SIGINT or SIGTERM\n"
-    "  1  a usage error\n"
+    "  1  a usage error, or a metrics address or file that cannot be used\n"
     "  2  no RDMA support in this kernel, a device named with -d that is not\n"
     "     there, or a device that cannot be opened (the message says which)\n";
 
@@ -50,6 +64,32 @@ constexpr char kHelp[] =
   if (!reason.empty()) std::fprintf(stderr, "ibev-watch: %s\n", reason.c_str());
   std::fputs(kUsage, stderr);
   std::exit(kUsageError);
+}
+
+// Long options without a short one.
+enum : int { kJournal = 256, kMetricsListen, kMetricsTextfile };
+
+// HOST:PORT, [HOST]:PORT or :PORT; the host is checked when it is bound.
+void parse_listen(const std::string& text, Options& options) {
+  const std::string reason = "--metrics-listen '" + text + "': ";
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string::npos) usage_error(reason + "expected HOST:PORT");
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string::npos) {
+    usage_error(reason + "an IPv6 address goes in brackets, [::1]:9100");
+  }
+  const std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long number = std::strtoul(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || errno != 0 || number > 65535 ||
+      port.find_first_not_of("0123456789") != std::string::npos) {
+    usage_error(reason + "the port is not a number from 0 to 65535");
+  }
+  options.metrics_host = host.empty() ? "0.0.0.0" : host;
+  options.metrics_port = static_cast<std::uint16_t>(number);
 }
 
 }  // namespace
@@ -60,6 +100,9 @@ Options parse(int argc, char** argv) {
       {"device", required_argument, nullptr, 'd'},
       {"json", no_argument, nullptr, 'j'},
       {"count", no_argument, nullptr, 'c'},
+      {"journal", no_argument, nullptr, kJournal},
+      {"metrics-listen", required_argument, nullptr, kMetricsListen},
+      {"metrics-textfile", required_argument, nullptr, kMetricsTextfile},
       {"version", no_argument, nullptr, 'V'},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
@@ -81,6 +124,16 @@ Options parse(int argc, char** argv) {
       case 'c':
         options.count = true;
         break;
+      case kJournal:
+        options.journal = true;
+        break;
+      case kMetricsListen:
+        parse_listen(optarg, options);
+        break;
+      case kMetricsTextfile:
+        if (*optarg == '\0') usage_error("--metrics-textfile needs a path");
+        options.metrics_textfile = optarg;
+        break;
       case 'V':
         std::printf("ibev-watch (ibev) %s\n", IBEV_VERSION_STRING);
         std::exit(0);
@@ -92,6 +145,7 @@ Options parse(int argc, char** argv) {
     }
   }
   if (optind < argc) usage_error(std::string("unexpected argument '") + argv[optind] + "'");
+  if (options.json && options.journal) usage_error("--json and --journal: choose one");
   return options;
 }
 

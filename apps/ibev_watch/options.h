@@ -4,11 +4,13 @@
 #ifndef IBEV_APPS_IBEV_WATCH_OPTIONS_H_
 #define IBEV_APPS_IBEV_WATCH_OPTIONS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ibev::watch {
 
+// Also: a metrics address or textfile that cannot be used.
 constexpr int kUsageError = 1;
 // No RDMA in the kernel, a device named with -d that is not there, or one
 // that cannot be opened.
@@ -18,6 +20,12 @@ struct Options {
   std::vector<std::string> devices;  // empty: every device, and those added later
   bool json = false;
   bool count = false;
+  bool journal = false;  // events to the systemd journal instead of stdout
+  // --metrics-listen HOST:PORT ("[::1]:9100", ":9100" for every IPv4
+  // address); empty host: not serving.
+  std::string metrics_host;
+  std::uint16_t metrics_port = 0;
+  std::string metrics_textfile;  // empty: none
 };
 
 // Parses argv with getopt_long; prints and exits for --help, --version

@@ -3,31 +3,54 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "apps/ibev_watch/format.h"
+#include "apps/ibev_watch/journal.h"
 
 namespace ibev::watch {
 
 // --- Printer ---
 
-Handler Printer::for_device(std::string name) {
-  return [this, name](const Event& event) {
-    const auto now = Clock::now();
-    print(json_ ? format_json(event, name, now) : format_human(event, name, now));
-  };
+void Printer::event(const Event& event, const std::string& device, Clock::time_point time) {
+  switch (output_) {
+    case Output::kHuman:
+      return print(format_human(event, device, time));
+    case Output::kJson:
+      return print(format_json(event, device, time));
+    case Output::kJournal:
+      if (const int error = journal_event(event, device); error != 0) {
+        refused(error, format_human(event, device, time));
+      }
+      return;
+  }
 }
 
-void Printer::change(const Device& device, bool added, DeviceLoss loss) {
-  const auto now = Clock::now();
-  print(json_ ? format_change_json(device.name(), device.node(), added, loss, now)
-              : format_change_human(device.name(), device.node(), added, loss, now));
+void Printer::change(const Device& device, bool added, DeviceLoss loss, Clock::time_point time) {
+  switch (output_) {
+    case Output::kHuman:
+      return print(format_change_human(device.name(), device.node(), added, loss, time));
+    case Output::kJson:
+      return print(format_change_json(device.name(), device.node(), added, loss, time));
+    case Output::kJournal:
+      if (const int error = journal_change(device.name(), device.node(), added, loss); error != 0) {
+        refused(error, format_change_human(device.name(), device.node(), added, loss, time));
+      }
+      return;
+  }
 }
 
 void Printer::print(const std::string& line) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::fprintf(stdout, "%s\n", line.c_str());
   std::fflush(stdout);  // a line per event, even into a pipe
+}
+
+// Not dropped: said on stderr, which a service's unit also collects.
+void Printer::refused(int error, const std::string& line) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::fprintf(stderr, "ibev-watch: sd_journal_send: %s: %s\n", std::strerror(error), line.c_str());
 }
 
 // --- Counts ---
@@ -42,7 +65,7 @@ void add_counts(Counts& counts, Registry& registry, const Device& device) {
     if (seen == 0) continue;
     const auto* info = find_event_type(code);
     const std::string name = code == CounterSnapshot::kTrackedCodes ? "other"
-                             : info ? std::string(info->enumerator)
+                             : info                                 ? std::string(info->enumerator)
                                     : "unknown(" + std::to_string(code) + ")";
     counts[device.name()][name] += seen;
   }
@@ -69,9 +92,7 @@ void print_counts(const Counts& counts, bool json) {
 
 DeviceClient Watch::client() {
   return {"ibev-watch", [this](const std::shared_ptr<Device>& device) { add(device); },
-          [this](const std::shared_ptr<Device>& device, DeviceLoss loss) {
-            remove(device, loss);
-          }};
+          [this](const std::shared_ptr<Device>& device, DeviceLoss loss) { remove(device, loss); }};
 }
 
 bool Watch::wait_added(const std::vector<std::string>& names, std::chrono::milliseconds limit) {
@@ -97,8 +118,13 @@ bool Watch::wanted(const std::string& name) const {
 
 void Watch::add(const std::shared_ptr<Device>& device) {
   if (!wanted(device->name())) return;
-  printer_.change(*device, true, DeviceLoss::kNone);
-  Handle listener = device->on_event({}, printer_.for_device(device->name()));
+  printer_.change(*device, true, DeviceLoss::kNone, Clock::now());
+  metrics_.added(device->name());
+  Handle listener = device->on_event({}, [this, name = device->name()](const Event& event) {
+    const auto now = Clock::now();
+    printer_.event(event, name, now);
+    metrics_.event(event, name, now);
+  });
   std::lock_guard<std::mutex> lock(mutex_);
   listeners_[device.get()] = std::move(listener);
   added_names_.insert(device->name());
@@ -106,7 +132,8 @@ void Watch::add(const std::shared_ptr<Device>& device) {
 }
 
 void Watch::remove(const std::shared_ptr<Device>& device, DeviceLoss loss) {
-  printer_.change(*device, false, loss);
+  printer_.change(*device, false, loss, Clock::now());
+  metrics_.removed(device->name(), loss);
   std::lock_guard<std::mutex> lock(mutex_);
   add_counts(removed_counts_, registry_, *device);  // before it closes and is forgotten
   listeners_.erase(device.get());

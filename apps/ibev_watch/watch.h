@@ -1,7 +1,8 @@
 // What ibev-watch does with devices and their events: Watch is its device
 // client (each device, or each named one, listened to from when it is added
-// until it is removed), Printer writes the lines (format.h), and the counts
-// are what --count prints at exit.
+// until it is removed), Printer writes the lines (format.h) or journal
+// entries (journal.h), WatchMetrics counts for Prometheus (metrics.h), and
+// the counts are what --count prints at exit.
 //
 // A removed device is let go at once, so that its delete never waits for
 // ibev-watch.
@@ -32,20 +33,27 @@
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
 
+#include "apps/ibev_watch/format.h"
+#include "apps/ibev_watch/metrics.h"
+
 namespace ibev::watch {
+
+// Where the lines go: stdout (human or JSON), or the systemd journal
+// (journal.h), where a line the journal refuses goes to stderr instead.
+enum class Output { kHuman, kJson, kJournal };
 
 class Printer {
  public:
-  explicit Printer(bool json) : json_(json) {}
+  explicit Printer(Output output) : output_(output) {}
 
-  // A device's listener: one line per event.
-  Handler for_device(std::string name);
-  void change(const Device& device, bool added, DeviceLoss loss);
+  void event(const Event& event, const std::string& device, Clock::time_point time);
+  void change(const Device& device, bool added, DeviceLoss loss, Clock::time_point time);
 
  private:
   void print(const std::string& line);
+  void refused(int error, const std::string& line);
 
-  const bool json_;
+  const Output output_;
   std::mutex mutex_;
 };
 
@@ -58,8 +66,8 @@ void print_counts(const Counts& counts, bool json);
 class Watch {
  public:
   // `only`: the device names to watch; empty, every device.
-  Watch(Registry& registry, Printer& printer, std::vector<std::string> only)
-      : registry_(registry), printer_(printer), only_(std::move(only)) {}
+  Watch(Registry& registry, Printer& printer, WatchMetrics& metrics, std::vector<std::string> only)
+      : registry_(registry), printer_(printer), metrics_(metrics), only_(std::move(only)) {}
 
   // To register with DeviceClients; this Watch must outlive the registration.
   DeviceClient client();
@@ -77,6 +85,7 @@ class Watch {
 
   Registry& registry_;
   Printer& printer_;
+  WatchMetrics& metrics_;
   const std::vector<std::string> only_;
   std::mutex mutex_;
   std::condition_variable added_;

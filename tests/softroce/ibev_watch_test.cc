@@ -5,12 +5,15 @@
 // The binary's path comes after "--" on the command line.
 #define BOOST_TEST_MODULE ibev_softroce_ibev_watch
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <regex>
 #include <thread>
 #include <string>
@@ -31,15 +34,15 @@ std::string ibev_watch_path() {
 
 std::vector<Seen> matches(const std::string& text, const std::regex& pattern) {
   std::vector<Seen> seen;
-  for (std::sregex_iterator it(text.begin(), text.end(), pattern), end; it != end;
-       ++it) {
+  for (std::sregex_iterator it(text.begin(), text.end(), pattern), end; it != end; ++it) {
     seen.push_back({std::stoi((*it)[1]), std::stoi((*it)[2])});
   }
   return seen;
 }
 
 // {"time":...,"device":"rxe0","event":"IBV_EVENT_PORT_ERR","code":10,"scope":"port","port":1,...}
-const std::regex kIbevLine(R"re("device":"rxe0","event":"[^"]+","code":(\d+),"scope":"port","port":(\d+))re");
+const std::regex kIbevLine(
+    R"re("device":"rxe0","event":"[^"]+","code":(\d+),"scope":"port","port":(\d+))re");
 // "  event_type IBV_EVENT_PORT_ERR (10), port 1"
 const std::regex kAsyncwatchLine(R"(event_type \S+ \((\d+)\), port (\d+))");
 
@@ -49,8 +52,7 @@ BOOST_AUTO_TEST_CASE(agrees_with_ibv_asyncwatch) {
   const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
   const std::string device = test_device();
   Spawned asyncwatch("stdbuf -oL ibv_asyncwatch -d " + device, tmp + "/asyncwatch.out");
-  Spawned ibev_watch(ibev_watch_path() + " --json --count -d " + device,
-                     tmp + "/ibev_watch.out");
+  Spawned ibev_watch(ibev_watch_path() + " --json --count -d " + device, tmp + "/ibev_watch.out");
   BOOST_REQUIRE_MESSAGE(asyncwatch.wait_for_text("async event FD", 20s),
                         "ibv_asyncwatch: " << asyncwatch.text());
   BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device, 20s),
@@ -130,7 +132,8 @@ BOOST_AUTO_TEST_CASE(short_forms_and_a_device_named_twice) {
   };
   const long lines = count(std::regex(R"re("event":"IBV_EVENT_PORT_ERR","code")re"));
   std::smatch counted;
-  const std::regex count_line(R"re(\{"count":(\d+),"device":"[^"]+","event":"IBV_EVENT_PORT_ERR"\})re");
+  const std::regex count_line(
+      R"re(\{"count":(\d+),"device":"[^"]+","event":"IBV_EVENT_PORT_ERR"\})re");
   BOOST_TEST(count(count_line) == 1, text);
   BOOST_REQUIRE_MESSAGE(std::regex_search(text, counted, count_line), text);
   BOOST_TEST(lines == std::stol(counted[1]), text);
@@ -143,14 +146,12 @@ BOOST_AUTO_TEST_CASE(no_permission_is_said_plainly) {
   // uverbs nodes are 0666 by default; take that away for the test.
   run_command("chmod 0600 /dev/infiniband/uverbs*");
   std::string output;
-  const int status = run_capturing(
-      "setpriv --reuid=65534 --regid=65534 --clear-groups " + ibev_watch_path() +
-          " -d " + test_device(),
-      output);
+  const int status = run_capturing("setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                                       ibev_watch_path() + " -d " + test_device(),
+                                   output);
   run_command("chmod 0666 /dev/infiniband/uverbs*");
   BOOST_TEST(status == 2, output);
-  BOOST_TEST(output.find("no permission to open " + test_device()) != std::string::npos,
-             output);
+  BOOST_TEST(output.find("no permission to open " + test_device()) != std::string::npos, output);
 
   const int missing = run_capturing(ibev_watch_path() + " -d nosuchdevice", output);
   BOOST_TEST(missing == 2);
@@ -196,8 +197,213 @@ BOOST_AUTO_TEST_CASE(a_delete_and_a_re_add_while_it_runs) {
   BOOST_TEST(text.find(R"("loss":"removed","synthesized":true)") != std::string::npos, text);
   // The counts span both lives of the device: the synthesized DEVICE_FATAL
   // of the first, the port events of the second.
-  BOOST_TEST(text.find(R"({"count":1,"device":")" + device + R"(","event":"IBV_EVENT_DEVICE_FATAL"})") !=
-                 std::string::npos,
+  BOOST_TEST(text.find(R"({"count":1,"device":")" + device +
+                       R"(","event":"IBV_EVENT_DEVICE_FATAL"})") != std::string::npos,
              text);
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
+}
+
+namespace {
+
+// The value of PromQL `query` as Prometheus answers it now (its HTTP API), or
+// "" when it has no sample.
+std::string prometheus_query(const std::string& query) {
+  std::string output;
+  run_capturing(
+      "/usr/bin/python3 -c 'import json, sys, urllib.parse, urllib.request; "
+      "r = json.load(urllib.request.urlopen(\"http://127.0.0.1:9390/api/v1/query?query=\" + "
+      "urllib.parse.quote(sys.argv[1]))); "
+      "print(\" \".join(s[\"value\"][1] for s in r[\"data\"][\"result\"]), end=\"\")' '" +
+          query + "'",
+      output);
+  return output;
+}
+
+// ibev-watch's /metrics now.
+std::string scrape() {
+  std::string output;
+  run_capturing("curl -sS --max-time 10 http://127.0.0.1:9391/metrics", output);
+  return output;
+}
+
+long count_of(const std::string& text, const std::string& needle) {
+  long n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+// The fleet view: a real Prometheus server scrapes ibev-watch while the
+// netdev flaps, a GID is added and the device is deleted (with scrapes
+// running through the delete, which must still return) and re-added; what
+// Prometheus stored must be what ibev-watch printed. The textfile and the
+// endpoint both pass promtool's check.
+BOOST_AUTO_TEST_CASE(prometheus_stores_what_it_printed) {
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  const std::string device = test_device();
+  const std::string textfile = tmp + "/ibev.prom";
+  Spawned ibev_watch(ibev_watch_path() + " --json --metrics-listen 127.0.0.1:9391 " +
+                         "--metrics-textfile " + textfile,
+                     tmp + "/ibev_watch_metrics.out");
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device, 20s),
+                        "ibev-watch: " << ibev_watch.text());
+  BOOST_TEST(ibev_watch.text().find("serving metrics on http://127.0.0.1:9391/metrics") !=
+             std::string::npos);
+
+  std::ofstream(tmp + "/prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+         "scrape_configs:\n  - job_name: ibev\n    static_configs:\n"
+         "      - targets: ['127.0.0.1:9391']\n";
+  // Its storage mmaps files, which the VM's 9p share (TEST_TMPDIR) cannot.
+  char storage[] = "/tmp/ibev-prometheus.XXXXXX";
+  BOOST_REQUIRE(mkdtemp(storage) != nullptr);
+  Spawned prometheus("prometheus --config.file=" + tmp + "/prometheus.yml --storage.tsdb.path=" +
+                         storage + " --web.listen-address=127.0.0.1:9390",
+                     tmp + "/prometheus.out");
+  BOOST_REQUIRE_MESSAGE(prometheus.wait_for_text("Server is ready to receive web requests", 60s),
+                        "prometheus: " << prometheus.text());
+
+  const std::string netdev = test_netdev();
+  run_command("ip link set " + netdev + " down");
+  run_command("ip link set " + netdev + " up");
+  run_command("ip -6 addr add fd00::56/64 dev " + netdev + " nodad");
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("IBV_EVENT_GID_CHANGE", 20s), ibev_watch.text());
+
+  // Scrapes back to back through the delete: none may hold it up.
+  std::atomic<bool> deleting_done{false};
+  std::atomic<int> scrapes{0};
+  std::thread scraper([&] {
+    while (!deleting_done) {
+      scrape();
+      ++scrapes;
+    }
+  });
+  BlockingCommand deleting("rdma link delete " + device);
+  const bool deleted = deleting.wait(20s).has_value();
+  deleting_done = true;
+  scraper.join();
+  if (!deleted) {
+    ibev_watch.stop();
+    deleting.wait(60s);
+    BOOST_FAIL("rdma link delete did not return while ibev-watch was scraped");
+  }
+  BOOST_TEST_MESSAGE(scrapes << " scrapes during the delete");
+  const std::string removed = R"("device":")" + device + R"(","change":"removed")";
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text(removed, 20s), ibev_watch.text());
+  run_command("rdma link add " + device + " type rxe netdev " + netdev);
+  const std::string added = R"("device":")" + device + R"(","change":"added")";
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (count_of(ibev_watch.text(), added) < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  BOOST_REQUIRE_MESSAGE(count_of(ibev_watch.text(), added) == 2, ibev_watch.text());
+
+  // What Prometheus stores once it scraped after the last change.
+  const std::string flaps =
+      "ibev_watch_events_total{device=\"" + device + "\",event=\"IBV_EVENT_PORT_ERR\"}";
+  const std::string printed_errs = std::to_string(
+      count_of(ibev_watch.text(), R"("device":")" + device + R"(","event":"IBV_EVENT_PORT_ERR")"));
+  const std::string additions = "ibev_watch_device_additions_total{device=\"" + device + "\"}";
+  const auto stored = std::chrono::steady_clock::now() + 30s;
+  while ((prometheus_query(additions) != "2" || prometheus_query(flaps) != printed_errs) &&
+         std::chrono::steady_clock::now() < stored) {
+    std::this_thread::sleep_for(250ms);
+  }
+  BOOST_TEST(prometheus_query(additions) == "2");
+  BOOST_TEST(prometheus_query(flaps) == printed_errs, ibev_watch.text());
+  BOOST_TEST(prometheus_query("ibev_watch_device_removals_total{device=\"" + device +
+                              "\",reason=\"removed\"}") == "1");
+  const std::string gid_changes = std::to_string(count_of(
+      ibev_watch.text(), R"("device":")" + device + R"(","event":"IBV_EVENT_GID_CHANGE")"));
+  BOOST_TEST(prometheus_query("sum(ibev_watch_events_total{event=\"IBV_EVENT_GID_CHANGE\"})") ==
+             gid_changes);
+  BOOST_TEST(prometheus_query("ibev_watch_devices") == "1");
+  BOOST_TEST(prometheus_query("ibev_watch_up") == "1");
+  BOOST_TEST(prometheus_query("ibev_port_state{device=\"" + device + "\",port=\"1\"}") == "4");
+  BOOST_TEST(prometheus_query("ibev_watch_scrape_errors_total") == "0");
+
+  // The format, as Prometheus's checker reads it: the endpoint's and the file's.
+  std::ofstream(tmp + "/scraped.prom") << scrape();
+  std::string report;
+  BOOST_TEST(run_capturing("promtool check metrics <" + tmp + "/scraped.prom", report) == 0,
+             report);
+  BOOST_TEST(run_capturing("promtool check metrics <" + textfile, report) == 0, report);
+  BOOST_TEST(
+      count_of(run_capturing("cat " + textfile, report) == 0 ? report : "", additions + " 2") == 1,
+      report);
+
+  prometheus.stop();
+  run_command(std::string("rm -rf ") + storage);
+  const int status = ibev_watch.stop();
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
+}
+
+// Bad metrics input is a clear error and exit 1, before anything is watched.
+BOOST_AUTO_TEST_CASE(an_unusable_metrics_address_or_file_exits_1) {
+  std::string output;
+  Spawned holder(ibev_watch_path() + " --metrics-listen 127.0.0.1:9392",
+                 env_or("TEST_TMPDIR", "/tmp") + "/holder.out");
+  BOOST_REQUIRE(holder.wait_for_text("serving metrics", 20s));
+  BOOST_TEST(run_capturing(ibev_watch_path() + " --metrics-listen 127.0.0.1:9392", output) == 1);
+  BOOST_TEST(output.find("cannot expose metrics: bind 127.0.0.1:9392: Address already in use") !=
+                 std::string::npos,
+             output);
+  holder.stop();
+  BOOST_TEST(run_capturing(ibev_watch_path() + " --metrics-listen 127.0.0.1", output) == 1);
+  BOOST_TEST(output.find("expected HOST:PORT") != std::string::npos, output);
+  BOOST_TEST(run_capturing(ibev_watch_path() + " --metrics-listen nohost:9100", output) == 1);
+  BOOST_TEST(output.find("not an IP address") != std::string::npos, output);
+  BOOST_TEST(run_capturing(ibev_watch_path() + " --metrics-textfile /no/such/dir/x.prom", output) ==
+             1);
+  BOOST_TEST(
+      output.find("open /no/such/dir/x.prom.tmp: No such file or directory") != std::string::npos,
+      output);
+}
+
+// --journal: entries reach a journal (systemd-journald run by hand: the VM
+// has no systemd as PID 1) with the fields journalctl matches on.
+BOOST_AUTO_TEST_CASE(journal_entries_carry_the_rdma_fields) {
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  run_command("mkdir -p /run/systemd/journal /run/log/journal");
+  // journald needs the cgroup hierarchy, which the VM's init does not mount.
+  if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) != 0) {
+    run_command("mount -t cgroup2 none /sys/fs/cgroup");
+  }
+  // A host with systemd has its journald running: that one takes the entries.
+  std::optional<Spawned> journald;
+  if (access("/run/systemd/journal/socket", F_OK) != 0) {
+    journald.emplace("/lib/systemd/systemd-journald", tmp + "/journald.out");
+  }
+  const auto ready = std::chrono::steady_clock::now() + 20s;
+  while (access("/run/systemd/journal/socket", F_OK) != 0 &&
+         std::chrono::steady_clock::now() < ready) {
+    std::this_thread::sleep_for(50ms);
+  }
+  BOOST_REQUIRE_MESSAGE(access("/run/systemd/journal/socket", F_OK) == 0,
+                        (journald ? journald->text() : std::string()));
+  const std::string device = test_device();
+  Spawned ibev_watch(ibev_watch_path() + " --journal -d " + device, tmp + "/ibev_watch_j.out");
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device, 20s),
+                        ibev_watch.text());
+  run_command("ip link set " + test_netdev() + " down");
+  run_command("ip link set " + test_netdev() + " up");
+  std::string entries;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  do {
+    std::this_thread::sleep_for(100ms);
+    run_capturing("journalctl --no-pager -o json RDMA_EVENT=IBV_EVENT_PORT_ERR", entries);
+  } while (entries.find("IBV_EVENT_PORT_ERR") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline);
+  BOOST_TEST(entries.find("\"RDMA_DEVICE\":\"" + device + "\"") != std::string::npos, entries);
+  BOOST_TEST(entries.find("\"RDMA_PORT\":\"1\"") != std::string::npos, entries);
+  BOOST_TEST(entries.find("\"RDMA_ELEMENT\":\"port\"") != std::string::npos, entries);
+  BOOST_TEST(entries.find("\"PRIORITY\":\"3\"") != std::string::npos, entries);
+  BOOST_TEST(entries.find("\"SYSLOG_IDENTIFIER\":\"ibev-watch\"") != std::string::npos, entries);
+  run_capturing("journalctl --no-pager -o json RDMA_CHANGE=added RDMA_DEVICE=" + device, entries);
+  BOOST_TEST(entries.find("\"PRIORITY\":\"5\"") != std::string::npos, entries);
+  // Nothing printed on stdout: the journal took every line.
+  const int status = ibev_watch.stop();
+  BOOST_TEST(ibev_watch.text().find("IBV_EVENT_PORT_ERR") == std::string::npos, ibev_watch.text());
   BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
 }

@@ -33,7 +33,9 @@ for key in $keys; do
   expect "the man page names JSON field $key" grep -qx ".B $key" "$man"
 done
 
-for bad in --bogus --device= -d extra "--json --nope"; do
+for bad in --bogus --device= -d extra "--json --nope" "--json --journal" \
+    --metrics-listen=9100 --metrics-listen=:65536 --metrics-listen=:x \
+    --metrics-listen=::1:9100 --metrics-textfile=; do
   # shellcheck disable=SC2086
   expect "'$bad' is a usage error (exit 1)" test "$(run $bad)" = 1
   expect "'$bad' prints the usage" grep -q '^usage: ibev-watch' "$err"
@@ -46,6 +48,12 @@ expect "the man page is of version $version" grep -q "^\.TH IBEV-WATCH 1 .* \"ib
 for pair in d:device j:json c:count V:version h:help; do
   expect "man page documents -${pair%%:*}, --${pair#*:}" \
     grep -q "\\\\fB\\\\-${pair%%:*}\\\\fR, \\\\fB\\\\-\\\\-${pair#*:}" "$man"
+done
+
+# The long-only options too.
+for long in journal metrics-listen metrics-textfile; do
+  expect "man page documents --$long" grep -q "^\\\\fB\\\\-\\\\-${long//-/\\\\-}\\\\fR" "$man"
+  expect "--help documents --$long" grep -q -- "--$long" <<<"$help"
 done
 
 if [[ ! -e /sys/class/infiniband_verbs ]]; then

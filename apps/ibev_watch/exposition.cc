@@ -1,0 +1,229 @@
+// ibev-watch's metrics endpoint and textfile (exposition.h).
+#include "apps/ibev_watch/exposition.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <ibev/core/failure.h>
+#include <ibev/core/metrics_text.h>
+
+namespace ibev::watch {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+struct MetricsServer::State {
+  State(Render r, ExpositionFailed f) : render(std::move(r)), failed(std::move(f)) {}
+
+  void accept();
+
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  const Render render;
+  const ExpositionFailed failed;
+};
+
+namespace {
+
+// A client that sends nothing, or reads nothing, for this long is dropped.
+constexpr std::chrono::seconds kClientTimeout{10};
+
+// One connection: requests answered in turn (keep-alive, as Prometheus
+// scrapes) until the client closes it or goes quiet.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, const MetricsServer::State& server)
+      : stream_(std::move(socket)), server_(server) {}
+
+  void read() {
+    request_ = {};
+    stream_.expires_after(kClientTimeout);
+    http::async_read(
+        stream_, buffer_, request_,
+        [self = shared_from_this()](beast::error_code error, std::size_t) { self->answer(error); });
+  }
+
+ private:
+  void answer(beast::error_code error) {
+    // A client closing, or going quiet, between requests ends it quietly.
+    if (error == http::error::end_of_stream || error == beast::error::timeout) return close();
+    if (error) return server_.failed("reading a request: " + error.message());
+    response_ = {};
+    response_.version(request_.version());
+    response_.keep_alive(request_.keep_alive());
+    response_.set(http::field::server, "ibev-watch");
+    if (request_.target() != "/metrics") {
+      reply(http::status::not_found, "text/plain", "ibev-watch serves /metrics only\n");
+    } else if (request_.method() != http::verb::get && request_.method() != http::verb::head) {
+      response_.set(http::field::allow, "GET, HEAD");
+      reply(http::status::method_not_allowed, "text/plain", "GET or HEAD /metrics\n");
+    } else {
+      try {
+        reply(http::status::ok, MetricsText::kContentType, server_.render());
+      } catch (const std::exception& e) {
+        server_.failed(std::string("rendering the metrics: ") + e.what());
+        reply(http::status::internal_server_error, "text/plain", "ibev-watch: no metrics\n");
+      }
+    }
+    if (request_.method() == http::verb::head) response_.body().clear();
+    http::async_write(stream_, response_,
+                      [self = shared_from_this()](beast::error_code error, std::size_t) {
+                        if (error) return self->server_.failed("answering: " + error.message());
+                        if (self->response_.keep_alive()) return self->read();
+                        self->close();
+                      });
+  }
+
+  void reply(http::status status, const char* type, std::string body) {
+    response_.result(status);
+    response_.set(http::field::content_type, type);
+    response_.body() = std::move(body);
+    response_.prepare_payload();
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  beast::tcp_stream stream_;
+  const MetricsServer::State& server_;
+  beast::flat_buffer buffer_;
+  http::request<http::string_body> request_;
+  http::response<http::string_body> response_;
+};
+
+// boost::system::error_code of the system category carries the errno.
+[[noreturn]] void throw_for(const std::string& what, const beast::error_code& error) {
+  throw_system_error(what, error.category() == boost::system::system_category() ||
+                                   error.category() == boost::system::generic_category()
+                               ? error.value()
+                               : EIO);
+}
+
+}  // namespace
+
+void MetricsServer::State::accept() {
+  acceptor.async_accept([this](beast::error_code error, tcp::socket socket) {
+    if (error == asio::error::operation_aborted) return;  // stopping
+    if (error) {
+      failed("accepting a connection: " + error.message());
+    } else {
+      std::make_shared<Session>(std::move(socket), *this)->read();
+    }
+    accept();
+  });
+}
+
+MetricsServer::MetricsServer(const std::string& host, std::uint16_t port, Render render,
+                             ExpositionFailed failed)
+    : state_(std::make_unique<State>(std::move(render), std::move(failed))) {
+  const std::string where =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  beast::error_code error;
+  const asio::ip::address address = asio::ip::make_address(host, error);
+  if (error) throw_system_error("listen on " + where + ": not an IP address", EINVAL);
+  const tcp::endpoint endpoint(address, port);
+  tcp::acceptor& acceptor = state_->acceptor;
+  if (acceptor.open(endpoint.protocol(), error); error) throw_for("socket for " + where, error);
+  acceptor.set_option(asio::socket_base::reuse_address(true), error);
+  if (acceptor.bind(endpoint, error); error) throw_for("bind " + where, error);
+  if (acceptor.listen(asio::socket_base::max_listen_connections, error); error) {
+    throw_for("listen " + where, error);
+  }
+  port_ = acceptor.local_endpoint().port();
+  state_->accept();
+  thread_ = std::thread([this] { state_->io.run(); });
+}
+
+MetricsServer::~MetricsServer() {
+  state_->io.stop();
+  thread_.join();
+}
+
+// --- TextfileWriter ---
+
+TextfileWriter::TextfileWriter(std::string path, std::chrono::milliseconds period, Render render,
+                               ExpositionFailed failed)
+    : path_(std::move(path)),
+      period_(period),
+      render_(std::move(render)),
+      failed_(std::move(failed)) {
+  write();  // a path that cannot be written refuses the start
+  thread_ = std::thread([this] { run(); });
+}
+
+TextfileWriter::~TextfileWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void TextfileWriter::changed() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    changed_ = true;
+  }
+  wake_.notify_one();
+}
+
+void TextfileWriter::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    wake_.wait_for(lock, period_, [this] { return changed_ || stopping_; });
+    if (stopping_) return;
+    changed_ = false;
+    lock.unlock();
+    try {
+      write();
+    } catch (const std::exception& e) {
+      failed_(e.what());
+    }
+    lock.lock();
+  }
+}
+
+// node_exporter reads *.prom: the temporary name ends otherwise.
+void TextfileWriter::write() const {
+  const std::string text = render_();
+  const std::string temporary = path_ + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_system_error("open " + temporary, errno);
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      throw_system_error("write " + temporary, error);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    throw_system_error("close " + temporary, error);
+  }
+  if (::rename(temporary.c_str(), path_.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    throw_system_error("rename " + temporary + " to " + path_, error);
+  }
+}
+
+}  // namespace ibev::watch

@@ -1,0 +1,85 @@
+// Where ibev-watch's metrics go: an HTTP endpoint Prometheus scrapes
+// (--metrics-listen) and a file node_exporter's textfile collector reads
+// (--metrics-textfile). Both take the text from `render` (metrics.h) when
+// they need it, on a thread of their own, so a slow scraper or disk never
+// holds up the Dispatcher.
+//
+// Errors: construction binds or writes once, and throws std::system_error
+// naming the call and the address or path (an address in use, a folder that
+// is not there), so ibev-watch can refuse to start. Later failures (a
+// client gone mid-answer, a full disk) go to `failed` with their text, and
+// serving goes on.
+//
+// Lifetime: the destructor stops the thread and joins it; `render` and
+// `failed` are not called after it returns.
+#ifndef IBEV_APPS_IBEV_WATCH_EXPOSITION_H_
+#define IBEV_APPS_IBEV_WATCH_EXPOSITION_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ibev::watch {
+
+using Render = std::function<std::string()>;
+using ExpositionFailed = std::function<void(const std::string& what)>;
+
+// Serves GET /metrics (HTTP/1.1, Boost.Beast); any other path is 404, any
+// other method 405. `address` is as options.h parsed it: a host (an IPv4 or
+// IPv6 literal) and a port.
+class MetricsServer {
+ public:
+  MetricsServer(const std::string& host, std::uint16_t port, Render render,
+                ExpositionFailed failed);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // The port bound (the one asked for, or the kernel's choice for 0).
+  std::uint16_t port() const noexcept { return port_; }
+
+  struct State;  // exposition.cc: Asio's io_context and acceptor
+
+ private:
+  std::unique_ptr<State> state_;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+// Writes the text to `path` atomically (a temporary file beside it, then
+// rename(2)), so the collector never reads half a file: when changed() was
+// called since the last write, and at least every `period`.
+class TextfileWriter {
+ public:
+  TextfileWriter(std::string path, std::chrono::milliseconds period, Render render,
+                 ExpositionFailed failed);
+  ~TextfileWriter();
+  TextfileWriter(const TextfileWriter&) = delete;
+  TextfileWriter& operator=(const TextfileWriter&) = delete;
+
+  // Any thread; never waits for a write.
+  void changed();
+
+ private:
+  void write() const;  // throws std::system_error
+  void run();
+
+  const std::string path_;
+  const std::chrono::milliseconds period_;
+  const Render render_;
+  const ExpositionFailed failed_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool changed_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ibev::watch
+
+#endif  // IBEV_APPS_IBEV_WATCH_EXPOSITION_H_

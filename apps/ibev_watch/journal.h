@@ -1,0 +1,29 @@
+// ibev-watch --journal: each event and device change as one systemd journal
+// entry (sd_journal_send), with structured fields that journalctl matches:
+//
+//   MESSAGE       the human line without its time ("rxe0 port 1 IBV_EVENT_PORT_ERR ...")
+//   PRIORITY      from the event's severity: fatal 2 (crit), error 3 (err),
+//                 informational 6 (info), unknown 5 (notice); a device added
+//                 5, removed 4 (warning)
+//   RDMA_DEVICE   the device's name          RDMA_EVENT    IBV_EVENT_PORT_ERR
+//   RDMA_PORT     port events only           RDMA_ELEMENT  port, device, qp, ...
+//   RDMA_EVENT_CODE  the ibv_event_type value
+//   RDMA_CHANGE   added or removed (device changes; RDMA_LOSS says why)
+//
+// Both return 0, or the errno sd_journal_send gave (ENOENT: no journal).
+// Any thread.
+#ifndef IBEV_APPS_IBEV_WATCH_JOURNAL_H_
+#define IBEV_APPS_IBEV_WATCH_JOURNAL_H_
+
+#include <string>
+
+#include <ibev/core/event.h>
+
+namespace ibev::watch {
+
+int journal_event(const Event& event, const std::string& device);
+int journal_change(const std::string& device, const std::string& node, bool added, DeviceLoss loss);
+
+}  // namespace ibev::watch
+
+#endif  // IBEV_APPS_IBEV_WATCH_JOURNAL_H_

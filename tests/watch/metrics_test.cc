@@ -1,0 +1,243 @@
+// ibev-watch's metrics without a device: the text format's escaping and
+// checks, the HTTP endpoint's answers and refusals, the textfile's atomic
+// rewrite, and promtool's verdict on the whole exposition.
+#define BOOST_TEST_MODULE ibev_watch_metrics
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include <ibev/core/metrics_text.h>
+#include <ibev/dispatch/dispatcher.h>
+
+#include "apps/ibev_watch/exposition.h"
+#include "apps/ibev_watch/metrics.h"
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using ibev::MetricsText;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string tmp_dir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir ? dir : "/tmp";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct Answer {
+  unsigned status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+Answer request(std::uint16_t port, http::verb method, const std::string& target) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  http::request<http::empty_body> req(method, target, 11);
+  req.set(http::field::host, "127.0.0.1");
+  http::write(stream, req);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.skip(method == http::verb::head);  // a HEAD answer has no body to read
+  http::read(stream, buffer, parser);
+  const auto& res = parser.get();
+  return {res.result_int(), std::string(res[http::field::content_type]), res.body()};
+}
+
+ibv_context* fake_device() {
+  static ibv_context context{};
+  return &context;
+}
+
+}  // namespace
+
+// --- the text format ---
+
+BOOST_AUTO_TEST_CASE(a_family_and_its_escaped_samples) {
+  std::ostringstream out;
+  MetricsText text(out);
+  text.family("ibev_x_total", MetricsText::kCounter, "Help with \\ and\nnewline");
+  text.sample({{"device", "a\"b\\c\nd"}, {"port", "1"}}, std::uint64_t{7});
+  text.sample({}, std::uint64_t{18446744073709551615u});
+  text.family("ibev_y", MetricsText::kGauge, "g");
+  text.sample({}, 0.5);
+  text.sample({}, std::nan(""));
+  text.sample({}, -HUGE_VAL);
+  BOOST_TEST(out.str() ==
+             "# HELP ibev_x_total Help with \\\\ and\\nnewline\n"
+             "# TYPE ibev_x_total counter\n"
+             "ibev_x_total{device=\"a\\\"b\\\\c\\nd\",port=\"1\"} 7\n"
+             "ibev_x_total 18446744073709551615\n"
+             "# HELP ibev_y g\n# TYPE ibev_y gauge\n"
+             "ibev_y 0.5\nibev_y NaN\nibev_y -Inf\n");
+}
+
+BOOST_DATA_TEST_CASE(a_name_outside_the_grammar_is_refused,
+                     boost::unit_test::data::make({"", "1abc", "a-b", "a b", "é"}), name) {
+  std::ostringstream out;
+  MetricsText text(out);
+  BOOST_CHECK_THROW(text.family(name, MetricsText::kGauge, "h"), std::invalid_argument);
+  text.family("ok:name_1", MetricsText::kGauge, "h");
+  // Label names take no colon.
+  BOOST_CHECK_THROW(text.sample({{name, "v"}}, std::uint64_t{1}), std::invalid_argument);
+  BOOST_CHECK_THROW(text.sample({{"a:b", "v"}}, std::uint64_t{1}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(a_sample_before_any_family_is_refused) {
+  std::ostringstream out;
+  MetricsText text(out);
+  BOOST_CHECK_THROW(text.sample({}, std::uint64_t{1}), std::logic_error);
+}
+
+// --- the HTTP endpoint ---
+
+BOOST_AUTO_TEST_CASE(serves_metrics_and_refuses_the_rest) {
+  std::atomic<int> failures{0};
+  ibev::watch::MetricsServer server(
+      "127.0.0.1", 0, [] { return std::string("ibev_watch_up 1\n"); },
+      [&](const std::string&) { ++failures; });
+  BOOST_REQUIRE(server.port() != 0);
+  const Answer ok = request(server.port(), http::verb::get, "/metrics");
+  BOOST_TEST(ok.status == 200u);
+  BOOST_TEST(ok.content_type == MetricsText::kContentType);
+  BOOST_TEST(ok.body == "ibev_watch_up 1\n");
+  BOOST_TEST(request(server.port(), http::verb::head, "/metrics").body.empty());
+  BOOST_TEST(request(server.port(), http::verb::get, "/").status == 404u);
+  BOOST_TEST(request(server.port(), http::verb::post, "/metrics").status == 405u);
+  BOOST_TEST(failures == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_render_that_throws_is_a_500_and_a_scrape_error) {
+  std::atomic<int> failures{0};
+  ibev::watch::MetricsServer server(
+      "127.0.0.1", 0, []() -> std::string { throw std::runtime_error("no"); },
+      [&](const std::string& what) {
+        if (what.find("rendering the metrics: no") != std::string::npos) ++failures;
+      });
+  BOOST_TEST(request(server.port(), http::verb::get, "/metrics").status == 500u);
+  BOOST_TEST(failures == 1);
+  // And it goes on serving.
+  BOOST_TEST(request(server.port(), http::verb::get, "/metrics").status == 500u);
+}
+
+BOOST_AUTO_TEST_CASE(an_address_in_use_names_the_bind_and_its_errno) {
+  const auto render = [] { return std::string(); };
+  ibev::watch::MetricsServer first("127.0.0.1", 0, render, {});
+  try {
+    ibev::watch::MetricsServer second("127.0.0.1", first.port(), render, {});
+    BOOST_FAIL("a second bind of port " << first.port() << " was taken");
+  } catch (const std::system_error& e) {
+    BOOST_TEST(e.code().value() == EADDRINUSE);
+    BOOST_TEST(std::string(e.what()).find("bind 127.0.0.1:" + std::to_string(first.port())) !=
+                   std::string::npos,
+               e.what());
+  }
+}
+
+BOOST_DATA_TEST_CASE(a_host_that_is_no_ip_address_is_einval,
+                     boost::unit_test::data::make({"localhost", "300.1.1.1", "::1::2"}), host) {
+  try {
+    ibev::watch::MetricsServer server(host, 0, [] { return std::string(); }, {});
+    BOOST_FAIL(host << " was bound");
+  } catch (const std::system_error& e) {
+    BOOST_TEST(e.code().value() == EINVAL);
+    BOOST_TEST(std::string(e.what()).find("not an IP address") != std::string::npos, e.what());
+  }
+}
+
+// --- the textfile ---
+
+BOOST_AUTO_TEST_CASE(the_textfile_is_written_at_once_and_again_on_change) {
+  const std::string path = tmp_dir() + "/ibev.prom";
+  std::atomic<int> renders{0};
+  ibev::watch::TextfileWriter writer(
+      path, 1h, [&] { return "ibev_render " + std::to_string(++renders) + "\n"; }, {});
+  BOOST_TEST(read_file(path) == "ibev_render 1\n");
+  writer.changed();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (read_file(path) != "ibev_render 2\n" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  BOOST_TEST(read_file(path) == "ibev_render 2\n");
+  std::ifstream leftover(path + ".tmp");
+  BOOST_TEST(!leftover, "the temporary file was renamed, not left");
+}
+
+BOOST_AUTO_TEST_CASE(the_textfile_is_rewritten_every_period_without_change) {
+  const std::string path = tmp_dir() + "/period.prom";
+  std::atomic<int> renders{0};
+  ibev::watch::TextfileWriter writer(
+      path, 20ms, [&] { return "ibev_render " + std::to_string(++renders) + "\n"; }, {});
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (renders < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  BOOST_TEST(renders >= 3);
+}
+
+BOOST_AUTO_TEST_CASE(a_textfile_in_a_missing_folder_names_the_open_and_enoent) {
+  const std::string path = tmp_dir() + "/no/such/folder/ibev.prom";
+  try {
+    ibev::watch::TextfileWriter writer(path, 1h, [] { return std::string(); }, {});
+    BOOST_FAIL("wrote " << path);
+  } catch (const std::system_error& e) {
+    BOOST_TEST(e.code().value() == ENOENT);
+    BOOST_TEST(std::string(e.what()).find("open " + path + ".tmp") != std::string::npos, e.what());
+  }
+}
+
+// --- the whole exposition, as Prometheus's own checker reads it ---
+
+BOOST_AUTO_TEST_CASE(promtool_accepts_the_exposition) {
+  ibev::Dispatcher dispatcher;
+  ibev::watch::WatchMetrics metrics;
+  const auto now = std::chrono::system_clock::now();
+  metrics.added("rxe0");
+  metrics.event(ibev::Event::synthesize(fake_device(), IBV_EVENT_PORT_ERR, ibev::Port{1}), "rxe0",
+                now);
+  metrics.event(ibev::Event::synthesize(fake_device(), IBV_EVENT_GID_CHANGE, ibev::Port{1}), "rxe0",
+                now);
+  metrics.event(ibev::Event::synthesize(fake_device(), 77, ibev::WholeDevice{}), "rxe0", now);
+  metrics.removed("rxe0", ibev::DeviceLoss::kRemoved);
+  metrics.scrape_error();
+  const std::string text = metrics.render(dispatcher, {});
+  BOOST_TEST(text.find("ibev_watch_events_total{device=\"rxe0\",port=\"1\",event=\"IBV_EVENT_"
+                       "PORT_ERR\",element=\"port\"} 1\n") != std::string::npos,
+             text);
+  BOOST_TEST(
+      text.find("ibev_watch_device_removals_total{device=\"rxe0\",reason=\"removed\"} 1\n") !=
+          std::string::npos,
+      text);
+  BOOST_TEST(text.find("ibev_watch_devices 0\n") != std::string::npos, text);
+  BOOST_TEST(text.find("ibev_watch_scrape_errors_total 1\n") != std::string::npos, text);
+  BOOST_TEST(text.find("ibev_dispatcher_turns_total ") != std::string::npos, text);
+
+  const std::string path = tmp_dir() + "/exposition.prom";
+  std::ofstream(path) << text;
+  const std::string report = tmp_dir() + "/promtool.out";
+  const int status =
+      std::system(("promtool check metrics <" + path + " >" + report + " 2>&1").c_str());
+  BOOST_TEST(status == 0, "promtool check metrics:\n" << read_file(report) << "\non:\n" << text);
+}

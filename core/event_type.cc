@@ -10,6 +10,11 @@ std::string describe_event_code(int code) {
                          : "event code " + std::to_string(code);
 }
 
+std::string enumerator_name(int code) {
+  const EventTypeInfo* info = find_event_type(code);
+  return info != nullptr ? std::string(info->enumerator) : "unknown(" + std::to_string(code) + ")";
+}
+
 std::string_view to_string(ElementKind kind) noexcept {
   switch (kind) {
     case ElementKind::kCq:

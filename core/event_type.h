@@ -117,6 +117,8 @@ constexpr ElementKind element_of(int code) noexcept {
 // For messages: the enumerator ("IBV_EVENT_PORT_ERR"), or "event code 20" for
 // a code this build does not know.
 std::string describe_event_code(int code);
+// For reports and recordings: the enumerator, or "unknown(20)".
+std::string enumerator_name(int code);
 
 // "cq", "qp", "srq", "wq", "port", "device".
 std::string_view to_string(ElementKind kind) noexcept;

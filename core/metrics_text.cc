@@ -2,8 +2,8 @@
 // (https://prometheus.io/docs/instrumenting/exposition_formats/).
 #include <ibev/core/metrics_text.h>
 
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <stdexcept>
 
 namespace ibev {
@@ -68,23 +68,29 @@ void MetricsText::sample_start(const MetricLabels& labels) {
   out_ << '}';
 }
 
+// std::to_chars, not a stream or printf: neither the stream's nor the C
+// locale may turn 0.5 into "0,5". A double is written in its shortest form
+// that reads back the same.
 void MetricsText::sample(const MetricLabels& labels, std::uint64_t value) {
   sample_start(labels);
-  out_ << ' ' << value << '\n';
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  out_ << ' ' << std::string_view(text, static_cast<std::size_t>(end - text)) << '\n';
 }
 
 void MetricsText::sample(const MetricLabels& labels, double value) {
   sample_start(labels);
-  // Go's float syntax: enough digits to read the same double back.
   char text[32];
+  std::string_view written;
   if (std::isnan(value)) {
-    std::snprintf(text, sizeof text, "NaN");
+    written = "NaN";
   } else if (std::isinf(value)) {
-    std::snprintf(text, sizeof text, value > 0 ? "+Inf" : "-Inf");
+    written = value > 0 ? "+Inf" : "-Inf";
   } else {
-    std::snprintf(text, sizeof text, "%.17g", value);
+    const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+    written = std::string_view(text, static_cast<std::size_t>(end - text));
   }
-  out_ << ' ' << text << '\n';
+  out_ << ' ' << written << '\n';
 }
 
 }  // namespace ibev

@@ -118,8 +118,7 @@ EventCounts CounterSnapshot::total() const noexcept {
 
 std::string CounterSnapshot::bucket_name(int code) {
   if (code == kTrackedCodes) return "other";
-  if (const EventTypeInfo* info = find_event_type(code)) return std::string(info->enumerator);
-  return "unknown(" + std::to_string(code) + ")";
+  return enumerator_name(code);
 }
 
 // ------------------------------------------------------------------ Registry

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -27,9 +28,14 @@ struct MetricsServer::State {
   State(Render r, ExpositionFailed f) : render(std::move(r)), failed(std::move(f)) {}
 
   void accept();
+  void report(const std::string& what) const {
+    if (failed) failed(what);
+  }
 
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  asio::steady_timer retry{io};  // after an accept that failed
+  int clients = 0;               // on the io thread only
   const Render render;
   const ExpositionFailed failed;
 };
@@ -43,8 +49,11 @@ constexpr std::chrono::seconds kClientTimeout{10};
 // scrapes) until the client closes it or goes quiet.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const MetricsServer::State& server)
-      : stream_(std::move(socket)), server_(server) {}
+  Session(tcp::socket socket, MetricsServer::State& server)
+      : stream_(std::move(socket)), server_(server) {
+    ++server_.clients;
+  }
+  ~Session() { --server_.clients; }
 
   void read() {
     request_ = {};
@@ -56,9 +65,17 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void answer(beast::error_code error) {
-    // A client closing, or going quiet, between requests ends it quietly.
-    if (error == http::error::end_of_stream || error == beast::error::timeout) return close();
-    if (error) return server_.failed("reading a request: " + error.message());
+    if (error && error.category() == http::make_error_code(http::error::bad_target).category() &&
+        error != http::error::end_of_stream) {
+      // Not HTTP (a port scanner, a TLS hello): told so, then closed.
+      response_ = {};
+      response_.version(11);
+      response_.keep_alive(false);
+      reply(http::status::bad_request, "text/plain", "ibev-watch: not an HTTP request\n");
+      return send();
+    }
+    // A client closing, going quiet or going away is not a failure here.
+    if (error) return close();
     response_ = {};
     response_.version(request_.version());
     response_.keep_alive(request_.keep_alive());
@@ -72,15 +89,18 @@ class Session : public std::enable_shared_from_this<Session> {
       try {
         reply(http::status::ok, MetricsText::kContentType, server_.render());
       } catch (const std::exception& e) {
-        server_.failed(std::string("rendering the metrics: ") + e.what());
+        server_.report(std::string("rendering the metrics: ") + e.what());
         reply(http::status::internal_server_error, "text/plain", "ibev-watch: no metrics\n");
       }
     }
     if (request_.method() == http::verb::head) response_.body().clear();
+    send();
+  }
+
+  void send() {
     http::async_write(stream_, response_,
                       [self = shared_from_this()](beast::error_code error, std::size_t) {
-                        if (error) return self->server_.failed("answering: " + error.message());
-                        if (self->response_.keep_alive()) return self->read();
+                        if (!error && self->response_.keep_alive()) return self->read();
                         self->close();
                       });
   }
@@ -98,7 +118,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
-  const MetricsServer::State& server_;
+  MetricsServer::State& server_;
   beast::flat_buffer buffer_;
   http::request<http::string_body> request_;
   http::response<http::string_body> response_;
@@ -118,10 +138,17 @@ void MetricsServer::State::accept() {
   acceptor.async_accept([this](beast::error_code error, tcp::socket socket) {
     if (error == asio::error::operation_aborted) return;  // stopping
     if (error) {
-      failed("accepting a connection: " + error.message());
-    } else {
-      std::make_shared<Session>(std::move(socket), *this)->read();
+      // EMFILE and the like: said, and not retried in a spin.
+      report("accepting a connection: " + error.message());
+      retry.expires_after(std::chrono::seconds(1));
+      retry.async_wait([this](beast::error_code waited) {
+        if (waited != asio::error::operation_aborted) accept();
+      });
+      return;
     }
+    if (clients < kMaxClients) {
+      std::make_shared<Session>(std::move(socket), *this)->read();
+    }  // else the socket closes as it goes
     accept();
   });
 }
@@ -129,8 +156,9 @@ void MetricsServer::State::accept() {
 MetricsServer::MetricsServer(const std::string& host, std::uint16_t port, Render render,
                              ExpositionFailed failed)
     : state_(std::make_unique<State>(std::move(render), std::move(failed))) {
-  const std::string where =
-      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  host_ = host;
+  port_ = port;
+  const std::string where = authority();
   beast::error_code error;
   const asio::ip::address address = asio::ip::make_address(host, error);
   if (error) throw_system_error("listen on " + where + ": not an IP address", EINVAL);
@@ -146,6 +174,13 @@ MetricsServer::MetricsServer(const std::string& host, std::uint16_t port, Render
   state_->accept();
   thread_ = std::thread([this] { state_->io.run(); });
 }
+
+std::string MetricsServer::authority() const {
+  const bool v6 = host_.find(':') != std::string::npos;
+  return (v6 ? "[" + host_ + "]" : host_) + ":" + std::to_string(port_);
+}
+
+std::string MetricsServer::url() const { return "http://" + authority() + "/metrics"; }
 
 MetricsServer::~MetricsServer() {
   state_->io.stop();
@@ -171,6 +206,7 @@ TextfileWriter::~TextfileWriter() {
   }
   wake_.notify_one();
   thread_.join();
+  ::unlink(path_.c_str());
 }
 
 void TextfileWriter::changed() {
@@ -191,7 +227,7 @@ void TextfileWriter::run() {
     try {
       write();
     } catch (const std::exception& e) {
-      failed_(e.what());
+      if (failed_) failed_(e.what());
     }
     lock.lock();
   }

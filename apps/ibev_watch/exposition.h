@@ -30,10 +30,16 @@ using Render = std::function<std::string()>;
 using ExpositionFailed = std::function<void(const std::string& what)>;
 
 // Serves GET /metrics (HTTP/1.1, Boost.Beast); any other path is 404, any
-// other method 405. `address` is as options.h parsed it: a host (an IPv4 or
-// IPv6 literal) and a port.
+// other method 405, a request that is not HTTP 400. `host` is an IPv4 or
+// IPv6 literal. At most kMaxClients connections at once (a newer one is
+// closed at once), so idle clients cannot use up the process's fds, which a
+// re-added device needs; an accept that fails waits a second before the next.
+// A client that errs or goes away is its own business: `failed` hears only
+// what fails here (rendering).
 class MetricsServer {
  public:
+  static constexpr int kMaxClients = 64;
+
   MetricsServer(const std::string& host, std::uint16_t port, Render render,
                 ExpositionFailed failed);
   ~MetricsServer();
@@ -42,18 +48,25 @@ class MetricsServer {
 
   // The port bound (the one asked for, or the kernel's choice for 0).
   std::uint16_t port() const noexcept { return port_; }
+  // "http://HOST:PORT/metrics", an IPv6 host in brackets.
+  std::string url() const;
 
   struct State;  // exposition.cc: Asio's io_context and acceptor
 
  private:
+  std::string authority() const;  // HOST:PORT, [HOST]:PORT for IPv6
+
   std::unique_ptr<State> state_;
+  std::string host_;
   std::uint16_t port_ = 0;
   std::thread thread_;
 };
 
 // Writes the text to `path` atomically (a temporary file beside it, then
 // rename(2)), so the collector never reads half a file: when changed() was
-// called since the last write, and at least every `period`.
+// called since the last write, and at least every `period`. The destructor
+// removes the file: metrics that stop being true must not stay behind (a
+// crash leaves it; node_textfile_mtime_seconds shows its age).
 class TextfileWriter {
  public:
   TextfileWriter(std::string path, std::chrono::milliseconds period, Render render,

@@ -33,9 +33,9 @@ std::string without_time(const std::string& line) {
 
 }  // namespace
 
-int journal_event(const Event& event, const std::string& device) {
-  const std::string message = without_time(format_human(event, device, Clock::now()));
-  const std::string enumerator = enumerator_of(event);
+int journal_event(const Event& event, const std::string& device, Clock::time_point time) {
+  const std::string message = without_time(format_human(event, device, time));
+  const std::string enumerator = enumerator_name(event.code());
   const std::string element(to_string(event.element_kind()));
   const int priority = priority_of(event.severity());
   // sd_journal_send takes printf-style fields, ended by NULL; RDMA_PORT only
@@ -55,9 +55,8 @@ int journal_event(const Event& event, const std::string& device) {
 }
 
 int journal_change(const std::string& device, const std::string& node, bool added,
-                   DeviceLoss loss) {
-  const std::string message =
-      without_time(format_change_human(device, node, added, loss, Clock::now()));
+                   DeviceLoss loss, Clock::time_point time) {
+  const std::string message = without_time(format_change_human(device, node, added, loss, time));
   const std::string why(to_string(loss));
   const int rc = sd_journal_send("MESSAGE=%s", message.c_str(), "PRIORITY=%d",
                                  added ? LOG_NOTICE : LOG_WARNING, "SYSLOG_IDENTIFIER=ibev-watch",

@@ -148,6 +148,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ibev-watch: metrics: %s\n", what.c_str());
   };
   std::unique_ptr<ibev::watch::MetricsServer> server;
+  // However main returns, dispatch stops first (the textfile hook runs on its
+  // thread), then the threads that render, before what they read (clients,
+  // metrics, watch) goes.
+  struct StopFirst {
+    ibev::Dispatcher& dispatcher;
+    std::unique_ptr<ibev::watch::MetricsServer>& server;
+    std::unique_ptr<ibev::watch::TextfileWriter>& textfile;
+    ~StopFirst() {
+      dispatcher.stop();
+      server.reset();
+      textfile.reset();
+    }
+  } stop_first{dispatcher, server, textfile};
   try {
     if (!options.metrics_textfile.empty()) {
       textfile = std::make_unique<ibev::watch::TextfileWriter>(options.metrics_textfile,
@@ -156,16 +169,14 @@ int main(int argc, char** argv) {
     if (!options.metrics_host.empty()) {
       server = std::make_unique<ibev::watch::MetricsServer>(options.metrics_host,
                                                             options.metrics_port, render, failed);
-      const bool v6 = options.metrics_host.find(':') != std::string::npos;
-      std::fprintf(stderr, "ibev-watch: serving metrics on http://%s%s%s:%u/metrics\n",
-                   v6 ? "[" : "", options.metrics_host.c_str(), v6 ? "]" : "",
-                   static_cast<unsigned>(server->port()));
+      std::fprintf(stderr, "ibev-watch: serving metrics on %s\n", server->url().c_str());
     }
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "ibev-watch: cannot expose metrics: %s\n", e.what());
     return ibev::watch::kUsageError;
   }
 
+  printer.begin();
   ibev::Handle client = clients->register_client(watch.client());
   dispatcher.start();
   if (!watch.wait_added(expected, std::chrono::seconds(10))) {
@@ -187,8 +198,6 @@ int main(int argc, char** argv) {
   }
   if (options.count) ibev::watch::print_counts(watch.counts(clients->devices()), options.json);
   std::fflush(stdout);
-  server.reset();
-  textfile.reset();
   client.release();
   return 0;
 }

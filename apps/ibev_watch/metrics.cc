@@ -21,7 +21,7 @@ void WatchMetrics::update(const std::function<void(State&)>& change) {
 
 void WatchMetrics::event(const Event& event, const std::string& device, Clock::time_point time) {
   const std::string port = event.port() ? std::to_string(*event.port()) : "";
-  const std::string name = enumerator_of(event);
+  const std::string name = enumerator_name(event.code());
   const double seconds = std::chrono::duration<double>(time.time_since_epoch()).count();
   update([&](State& state) {
     ++state.events[{device, port, name, std::string(to_string(event.element_kind()))}];
@@ -33,6 +33,12 @@ void WatchMetrics::added(const std::string& device) {
   update([&](State& state) {
     ++state.additions[device];
     ++state.present;
+    // Each removal series exists from 0 on, so that Prometheus's increase()
+    // sees the first removal (a series born at 1 increased by nothing).
+    for (const DeviceLoss loss :
+         {DeviceLoss::kRemoved, DeviceLoss::kFatal, DeviceLoss::kAsyncFdFailed}) {
+      state.removals[{device, std::string(to_string(loss))}] += 0;
+    }
   });
 }
 

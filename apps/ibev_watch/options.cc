@@ -41,9 +41,11 @@ constexpr char kHelp[] =
     "Output, one line per event:\n"
     "  human: TIME DEVICE SCOPE ENUMERATOR (NAME) SEVERITY\n"
     "         2026-11-21T12:00:00.123456Z rxe0 port 1 IBV_EVENT_PORT_ERR (port error) error\n"
-    "  JSON:  time, device, event, code, scope, port (port events), object\n"
+    "  JSON:  ibev's recording format, version 1 (ibev-replay plays it back):\n"
+    "         first a header: recording (\"ibev\"), version, time; then per event\n"
+    "         time, device, event, code, scope, port (port events), object\n"
     "         (object events, as \"0x...\"), number (object events that name\n"
-    "         the object by its number), severity, synthesized (when ibev\n"
+    "         the object by its number), severity, loss, synthesized (when ibev\n"
     "         made the event itself)\n"
     "  devices: TIME DEVICE device added|removed (NODE[, LOSS])\n"
     "         JSON: time, device, change (added, removed), node, loss\n"
@@ -72,15 +74,23 @@ enum : int { kJournal = 256, kMetricsListen, kMetricsTextfile };
 // HOST:PORT, [HOST]:PORT or :PORT; the host is checked when it is bound.
 void parse_listen(const std::string& text, Options& options) {
   const std::string reason = "--metrics-listen '" + text + "': ";
-  const std::size_t colon = text.rfind(':');
-  if (colon == std::string::npos) usage_error(reason + "expected HOST:PORT");
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  } else if (host.find(':') != std::string::npos) {
-    usage_error(reason + "an IPv6 address goes in brackets, [::1]:9100");
+  std::string host;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const std::size_t close = text.find("]:");
+    if (close == std::string::npos) usage_error(reason + "expected [HOST]:PORT");
+    host = text.substr(1, close - 1);
+    if (host.empty()) usage_error(reason + "no host in the brackets");
+    port = text.substr(close + 2);
+  } else {
+    const std::size_t colon = text.rfind(':');
+    if (colon == std::string::npos) usage_error(reason + "expected HOST:PORT");
+    host = text.substr(0, colon);
+    if (host.find(':') != std::string::npos) {
+      usage_error(reason + "an IPv6 address goes in brackets, [::1]:9100");
+    }
+    port = text.substr(colon + 1);
   }
-  const std::string port = text.substr(colon + 1);
   char* end = nullptr;
   errno = 0;
   const unsigned long number = std::strtoul(port.c_str(), &end, 10);

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <utility>
 
+#include <ibev/core/recording.h>
+
 #include "apps/ibev_watch/format.h"
 #include "apps/ibev_watch/journal.h"
 
@@ -13,14 +15,18 @@ namespace ibev::watch {
 
 // --- Printer ---
 
+void Printer::begin() {
+  if (output_ == Output::kJson) print(recording_header(Clock::now()));
+}
+
 void Printer::event(const Event& event, const std::string& device, Clock::time_point time) {
   switch (output_) {
     case Output::kHuman:
       return print(format_human(event, device, time));
     case Output::kJson:
-      return print(format_json(event, device, time));
+      return print(recording_line(event, device, time));
     case Output::kJournal:
-      if (const int error = journal_event(event, device); error != 0) {
+      if (const int error = journal_event(event, device, time); error != 0) {
         refused(error, format_human(event, device, time));
       }
       return;
@@ -32,9 +38,9 @@ void Printer::change(const Device& device, bool added, DeviceLoss loss, Clock::t
     case Output::kHuman:
       return print(format_change_human(device.name(), device.node(), added, loss, time));
     case Output::kJson:
-      return print(format_change_json(device.name(), device.node(), added, loss, time));
+      return print(recording_change_line(device.name(), device.node(), added, loss, time));
     case Output::kJournal:
-      if (const int error = journal_change(device.name(), device.node(), added, loss); error != 0) {
+      if (const int error = journal_change(device.name(), device.node(), added, loss, time); error != 0) {
         refused(error, format_change_human(device.name(), device.node(), added, loss, time));
       }
       return;
@@ -63,11 +69,7 @@ void add_counts(Counts& counts, Registry& registry, const Device& device) {
     const EventCounts c = snapshot.for_code(code);
     const std::uint64_t seen = c.delivered + c.unclaimed;
     if (seen == 0) continue;
-    const auto* info = find_event_type(code);
-    const std::string name = code == CounterSnapshot::kTrackedCodes ? "other"
-                             : info                                 ? std::string(info->enumerator)
-                                    : "unknown(" + std::to_string(code) + ")";
-    counts[device.name()][name] += seen;
+    counts[device.name()][CounterSnapshot::bucket_name(code)] += seen;
   }
 }
 
@@ -132,6 +134,11 @@ void Watch::add(const std::shared_ptr<Device>& device) {
 }
 
 void Watch::remove(const std::shared_ptr<Device>& device, DeviceLoss loss) {
+  {
+    // One add() left out (not named with -d) is not watched, so not removed.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (listeners_.count(device.get()) == 0) return;
+  }
   printer_.change(*device, false, loss, Clock::now());
   metrics_.removed(device->name(), loss);
   std::lock_guard<std::mutex> lock(mutex_);

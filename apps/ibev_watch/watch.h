@@ -46,6 +46,9 @@ class Printer {
  public:
   explicit Printer(Output output) : output_(output) {}
 
+  // The recording's header line, first (JSON only).
+  void begin();
+
   void event(const Event& event, const std::string& device, Clock::time_point time);
   void change(const Device& device, bool added, DeviceLoss loss, Clock::time_point time);
 

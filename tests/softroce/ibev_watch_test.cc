@@ -335,6 +335,7 @@ BOOST_AUTO_TEST_CASE(prometheus_stores_what_it_printed) {
 
   prometheus.stop();
   run_command(std::string("rm -rf ") + storage);
+  run_command("ip -6 addr del fd00::56/64 dev " + netdev);
   const int status = ibev_watch.stop();
   BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
 }
@@ -405,5 +406,37 @@ BOOST_AUTO_TEST_CASE(journal_entries_carry_the_rdma_fields) {
   // Nothing printed on stdout: the journal took every line.
   const int status = ibev_watch.stop();
   BOOST_TEST(ibev_watch.text().find("IBV_EVENT_PORT_ERR") == std::string::npos, ibev_watch.text());
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
+}
+
+// With -d, a device not named comes and goes unnoticed: no line, no count, no
+// metric (its removal once printed a line and took the device gauge below 0).
+BOOST_AUTO_TEST_CASE(a_device_not_named_is_not_removed_either) {
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  const std::string device = test_device();
+  const std::string netdev = test_netdev();
+  Spawned ibev_watch(ibev_watch_path() + " --json -c -d " + device +
+                         " --metrics-listen 127.0.0.1:9393",
+                     tmp + "/ibev_watch_named.out");
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device, 20s),
+                        ibev_watch.text());
+  // One rxe device per netdev: the other comes and goes while this one is away.
+  run_command("rdma link delete " + device);
+  BOOST_REQUIRE(ibev_watch.wait_for_text(R"("change":"removed")", 20s));
+  run_command("rdma link add other0 type rxe netdev " + netdev);
+  run_command("rdma link delete other0");
+  run_command("rdma link add " + device + " type rxe netdev " + netdev);
+  const std::string added = R"("device":")" + device + R"(","change":"added")";
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (count_of(ibev_watch.text(), added) < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  BOOST_REQUIRE_MESSAGE(count_of(ibev_watch.text(), added) == 2, ibev_watch.text());
+  std::string metrics;
+  run_capturing("curl -sS --max-time 10 http://127.0.0.1:9393/metrics", metrics);
+  const int status = ibev_watch.stop();
+  BOOST_TEST(ibev_watch.text().find("other0") == std::string::npos, ibev_watch.text());
+  BOOST_TEST(metrics.find("\nibev_watch_devices 1\n") != std::string::npos, metrics);
+  BOOST_TEST(metrics.find("other0") == std::string::npos, metrics);
   BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
 }

@@ -4,7 +4,7 @@
 # usage, -V), --help and the man page documenting every JSON field the
 # formatter writes, and a clear exit 2 on a kernel without RDMA.
 #
-#   cli_test.sh IBEV_WATCH MAN_PAGE FORMAT_CC VERSION_SH VERSION_H
+#   cli_test.sh IBEV_WATCH MAN_PAGE RECORDING_CC VERSION_SH VERSION_H
 set -uo pipefail
 watch=$1 man=$2 format=$3 version_sh=$4 version_h=$5
 passed=0 failed=0

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <locale>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -103,6 +104,24 @@ BOOST_DATA_TEST_CASE(a_name_outside_the_grammar_is_refused,
   // Label names take no colon.
   BOOST_CHECK_THROW(text.sample({{name, "v"}}, std::uint64_t{1}), std::invalid_argument);
   BOOST_CHECK_THROW(text.sample({{"a:b", "v"}}, std::uint64_t{1}), std::invalid_argument);
+}
+
+// An application's stream may carry a locale that groups digits and writes
+// a decimal comma; Prometheus reads neither.
+struct GermanNumbers : std::numpunct<char> {
+  char do_decimal_point() const override { return ','; }
+  char do_thousands_sep() const override { return '.'; }
+  std::string do_grouping() const override { return "\3"; }
+};
+
+BOOST_AUTO_TEST_CASE(values_ignore_the_stream_locale) {
+  std::ostringstream out;
+  out.imbue(std::locale(out.getloc(), new GermanNumbers));
+  MetricsText text(out);
+  text.family("ibev_x", MetricsText::kGauge, "h");
+  text.sample({}, std::uint64_t{1234567});
+  text.sample({}, 1764503412.5);
+  BOOST_TEST(out.str() == "# HELP ibev_x h\n# TYPE ibev_x gauge\nibev_x 1234567\nibev_x 1764503412.5\n");
 }
 
 BOOST_AUTO_TEST_CASE(a_sample_before_any_family_is_refused) {
@@ -231,6 +250,10 @@ BOOST_AUTO_TEST_CASE(promtool_accepts_the_exposition) {
           std::string::npos,
       text);
   BOOST_TEST(text.find("ibev_watch_devices 0\n") != std::string::npos, text);
+  // Every removal series is there from the add on, at 0 but the one that came.
+  BOOST_TEST(text.find("ibev_watch_device_removals_total{device=\"rxe0\",reason=\"fatal\"} 0\n") !=
+                 std::string::npos,
+             text);
   BOOST_TEST(text.find("ibev_watch_scrape_errors_total 1\n") != std::string::npos, text);
   BOOST_TEST(text.find("ibev_dispatcher_turns_total ") != std::string::npos, text);
 

@@ -22,14 +22,17 @@
 #include <ibev/core/event_type.h>
 #include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
+#include <ibev/core/fault_schedule.h>
 #include <ibev/core/handle.h>
 #include <ibev/core/health.h>
 #include <ibev/core/metrics_text.h>
+#include <ibev/core/recording.h>
 #include <ibev/core/recovery.h>
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/completions.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/event_wait.h>
+#include <ibev/dispatch/replay.h>
 #include <ibev/dispatch/worker_thread.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/connection_health.h>

@@ -84,7 +84,8 @@ std::string recording_line(const Event& event, std::string_view device,
     out << ",\"number\":" << number->number;
   }
   out << ",\"severity\":" << json_string(to_string(event.severity()));
-  if (event.loss() != DeviceLoss::kNone) out << ",\"loss\":" << json_string(to_string(event.loss()));
+  if (event.loss() != DeviceLoss::kNone)
+    out << ",\"loss\":" << json_string(to_string(event.loss()));
   if (event.synthesized()) out << ",\"synthesized\":true";
   out << '}';
   return out.str();
@@ -186,7 +187,8 @@ RecordedEvent read_event(const LineReader& line) {
   event.device = line.text("device");
   event.code = static_cast<int>(line.number("code", 0, 0x7fffffff));
   event.kind = line.scope();
-  if (const EventTypeInfo* info = find_event_type(event.code); info && info->element != event.kind) {
+  if (const EventTypeInfo* info = find_event_type(event.code);
+      info && info->element != event.kind) {
     line.fail("\"scope\" " + std::string(to_string(event.kind)) + " does not match " +
               std::string(info->enumerator) + "'s " + std::string(to_string(info->element)));
   }

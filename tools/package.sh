@@ -7,7 +7,8 @@
 #   libibev-dev   headers, libibev.so, libibev.a, ibev.pc, the CMake package,
 #                 the API reference (share/doc/libibev-dev/html, registered
 #                 with doc-base), ibev_*(3) and ibev(7), the docs and examples
-#   ibev-tools    ibev-watch (and its unit ibev-watch.service), ibev-softroce-run, their man pages
+#   ibev-tools    ibev-watch (and its unit ibev-watch.service), ibev-replay,
+#                 ibev-softroce-run, their man pages
 #   python3-ibev  the Python module ibev (/usr/lib/python3/dist-packages)
 #
 #   tools/package.sh [OUTDIR]       (default build/deb)
@@ -67,7 +68,7 @@ strip_elf() {
 strip_elf --strip-unneeded "$work/$runtime/usr/$lib/libibev.so.$version"
 chmod 0644 "$work/$runtime/usr/$lib/libibev.so.$version"
 strip_elf --strip-debug --enable-deterministic-archives "$work/libibev-dev/usr/$lib/libibev.a"
-strip_elf --strip-unneeded "$work/ibev-tools/usr/bin/ibev-watch"
+strip_elf --strip-unneeded "$work/ibev-tools/usr/bin/ibev-watch" "$work/ibev-tools/usr/bin/ibev-replay"
 python_module=$(echo "$work"/python3-ibev/usr/lib/python3/dist-packages/ibev/_ibev.*.so)
 strip_elf --strip-unneeded "$python_module"
 chmod 0644 "$python_module"
@@ -111,7 +112,8 @@ lib_depends=$(shlibs "$work/$runtime/usr/$lib/libibev.so.$version")
 shlibs_beside_runtime() {
   shlibs "$@" | tr ',' '\n' | sed 's/^ *//' | grep -v "^$runtime" | paste -sd, | sed 's/,/, /g'
 }
-tools_depends=$(shlibs_beside_runtime "$work/ibev-tools/usr/bin/ibev-watch")
+tools_depends=$(shlibs_beside_runtime "$work/ibev-tools/usr/bin/ibev-watch" \
+  "$work/ibev-tools/usr/bin/ibev-replay")
 python_depends=$(shlibs_beside_runtime "$python_module")
 # The CPython the module is built for: its ABI is in the module's name.
 python_version=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -200,7 +202,7 @@ control python3-ibev python \
   "$runtime (= $version), python3 (>= $python_version~), python3 (<< $python_next), $python_depends" \
   "RDMA event layer (Python 3 module)" </dev/null
 control ibev-tools net "$runtime (= $version), $tools_depends" \
-  "RDMA event layer (ibev-watch, ibev-softroce-run)" <<'EXTRA'
+  "RDMA event layer (ibev-watch, ibev-replay, ibev-softroce-run)" <<'EXTRA'
 Recommends: qemu-system-x86, busybox-static, kmod, cpio, iproute2, rdma-core
 EXTRA
 

@@ -16,8 +16,7 @@ std::string address(const void* object) {
 
 }  // namespace
 
-std::string format_human(const Event& event, std::string_view device,
-                         Clock::time_point time) {
+std::string format_human(const Event& event, std::string_view device, Clock::time_point time) {
   std::ostringstream out;
   out << iso8601_utc(time) << ' ' << device << ' ';
   if (const auto port = event.port()) {
@@ -39,8 +38,8 @@ std::string format_human(const Event& event, std::string_view device,
 std::string format_change_human(std::string_view device, std::string_view node, bool added,
                                 DeviceLoss loss, Clock::time_point time) {
   std::ostringstream out;
-  out << iso8601_utc(time) << ' ' << device << " device " << (added ? "added" : "removed")
-      << " (" << node;
+  out << iso8601_utc(time) << ' ' << device << " device " << (added ? "added" : "removed") << " ("
+      << node;
   if (!added) out << ", " << to_string(loss);
   out << ')';
   return out.str();

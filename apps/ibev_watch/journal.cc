@@ -54,8 +54,8 @@ int journal_event(const Event& event, const std::string& device, Clock::time_poi
   return rc < 0 ? -rc : 0;
 }
 
-int journal_change(const std::string& device, const std::string& node, bool added,
-                   DeviceLoss loss, Clock::time_point time) {
+int journal_change(const std::string& device, const std::string& node, bool added, DeviceLoss loss,
+                   Clock::time_point time) {
   const std::string message = without_time(format_change_human(device, node, added, loss, time));
   const std::string why(to_string(loss));
   const int rc = sd_journal_send("MESSAGE=%s", message.c_str(), "PRIORITY=%d",

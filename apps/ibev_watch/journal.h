@@ -25,8 +25,8 @@ namespace ibev::watch {
 
 // `time` is when ibev-watch heard it (the journal stamps its own too).
 int journal_event(const Event& event, const std::string& device, Clock::time_point time);
-int journal_change(const std::string& device, const std::string& node, bool added,
-                   DeviceLoss loss, Clock::time_point time);
+int journal_change(const std::string& device, const std::string& node, bool added, DeviceLoss loss,
+                   Clock::time_point time);
 
 }  // namespace ibev::watch
 

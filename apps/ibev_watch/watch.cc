@@ -40,7 +40,8 @@ void Printer::change(const Device& device, bool added, DeviceLoss loss, Clock::t
     case Output::kJson:
       return print(recording_change_line(device.name(), device.node(), added, loss, time));
     case Output::kJournal:
-      if (const int error = journal_change(device.name(), device.node(), added, loss, time); error != 0) {
+      if (const int error = journal_change(device.name(), device.node(), added, loss, time);
+          error != 0) {
         refused(error, format_change_human(device.name(), device.node(), added, loss, time));
       }
       return;

@@ -54,8 +54,8 @@ const Case kCases[] = {
      Event::synthesize(device(), IBV_EVENT_QP_LAST_WQE_REACHED,
                        ibev::ObjectNumber{ElementKind::kQp, 0xabcdef}),
      ElementKind::kQp, std::nullopt, false, 0xabcdef},
-    {"device lost", Event::device_lost(device(), ibev::DeviceLoss::kRemoved),
-     ElementKind::kDevice, std::nullopt, false, std::nullopt},
+    {"device lost", Event::device_lost(device(), ibev::DeviceLoss::kRemoved), ElementKind::kDevice,
+     std::nullopt, false, std::nullopt},
     {"unknown code", Event::synthesize(device(), 77, ibev::WholeDevice{}), ElementKind::kDevice,
      std::nullopt, false, std::nullopt},
 };
@@ -81,12 +81,11 @@ BOOST_DATA_TEST_CASE(an_event_reads_back_as_written, boost::unit_test::data::mak
 }
 
 BOOST_AUTO_TEST_CASE(changes_read_back_and_counts_are_skipped) {
-  const auto lines =
-      read(ibev::recording_change_line("rxe0", "uverbs0", true, ibev::DeviceLoss::kNone, noon()) +
-           "\n\n" +
-           ibev::recording_change_line("rxe0", "uverbs0", false, ibev::DeviceLoss::kRemoved,
-                                       noon()) +
-           "\n" + R"({"count":3,"device":"rxe0","event":"IBV_EVENT_PORT_ERR"})" + "\n");
+  const auto lines = read(
+      ibev::recording_change_line("rxe0", "uverbs0", true, ibev::DeviceLoss::kNone, noon()) +
+      "\n\n" +
+      ibev::recording_change_line("rxe0", "uverbs0", false, ibev::DeviceLoss::kRemoved, noon()) +
+      "\n" + R"({"count":3,"device":"rxe0","event":"IBV_EVENT_PORT_ERR"})" + "\n");
   BOOST_REQUIRE_EQUAL(lines.size(), 2u);
   const auto& added = std::get<ibev::RecordedChange>(lines[0]);
   const auto& removed = std::get<ibev::RecordedChange>(lines[1]);
@@ -123,8 +122,7 @@ const Bad kBad[] = {
      "rec.jsonl:2: \"change\" is not added or removed"},
     {R"({"time":"2026-11-21T12:00:00.000001Z","device":"d","code":8,"scope":"device","loss":"x"})",
      "rec.jsonl:2: \"loss\" is not removed, fatal or async fd failed"},
-    {R"({"time":"2026-11-21T12:00:00.000001Z","device":"d"})",
-     "rec.jsonl:2: neither an event"},
+    {R"({"time":"2026-11-21T12:00:00.000001Z","device":"d"})", "rec.jsonl:2: neither an event"},
 };
 
 BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::data::make(kBad), b) {

@@ -415,9 +415,9 @@ BOOST_AUTO_TEST_CASE(a_device_not_named_is_not_removed_either) {
   const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
   const std::string device = test_device();
   const std::string netdev = test_netdev();
-  Spawned ibev_watch(ibev_watch_path() + " --json -c -d " + device +
-                         " --metrics-listen 127.0.0.1:9393",
-                     tmp + "/ibev_watch_named.out");
+  Spawned ibev_watch(
+      ibev_watch_path() + " --json -c -d " + device + " --metrics-listen 127.0.0.1:9393",
+      tmp + "/ibev_watch_named.out");
   BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device, 20s),
                         ibev_watch.text());
   // One rxe device per netdev: the other comes and goes while this one is away.

@@ -16,8 +16,7 @@ namespace {
 
 // 2026-11-21T12:00:00.123456Z
 Clock::time_point noon() {
-  return Clock::time_point(std::chrono::seconds(1795262400) +
-                           std::chrono::microseconds(123456));
+  return Clock::time_point(std::chrono::seconds(1795262400) + std::chrono::microseconds(123456));
 }
 
 ibv_context* device() {
@@ -38,10 +37,9 @@ BOOST_AUTO_TEST_CASE(port_event) {
   const Event event = Event::from_async(device(), raw);
   BOOST_TEST(ibev::watch::format_human(event, "rxe0", noon()) ==
              "2026-11-21T12:00:00.123456Z rxe0 port 1 IBV_EVENT_PORT_ERR (port error) error");
-  const std::string expected =
-      R"({"time":"2026-11-21T12:00:00.123456Z","device":"rxe0",)"
-      R"("event":"IBV_EVENT_PORT_ERR","code":10,"scope":"port","port":1,)"
-      R"("severity":"error"})";
+  const std::string expected = R"({"time":"2026-11-21T12:00:00.123456Z","device":"rxe0",)"
+                               R"("event":"IBV_EVENT_PORT_ERR","code":10,"scope":"port","port":1,)"
+                               R"("severity":"error"})";
   BOOST_TEST(ibev::recording_line(event, "rxe0", noon()) == expected);
 }
 
@@ -50,8 +48,9 @@ BOOST_AUTO_TEST_CASE(object_event_names_the_object) {
   const Event event = Event::synthesize(device(), IBV_EVENT_QP_FATAL, &qp);
   const std::string human = ibev::watch::format_human(event, "mlx5_0", noon());
   BOOST_TEST(human.find(" mlx5_0 qp 0x") != std::string::npos);
-  BOOST_TEST(human.find("IBV_EVENT_QP_FATAL (local work queue catastrophic error) fatal [synthesized]") !=
-             std::string::npos);
+  BOOST_TEST(
+      human.find("IBV_EVENT_QP_FATAL (local work queue catastrophic error) fatal [synthesized]") !=
+      std::string::npos);
   const std::string json = ibev::recording_line(event, "mlx5_0", noon());
   const std::string object_field = R"("scope":"qp","object":"0x)";
   const std::string synthesized_field = R"("synthesized":true})";
@@ -70,8 +69,8 @@ BOOST_AUTO_TEST_CASE(an_object_named_by_number_shows_its_number) {
 
 BOOST_AUTO_TEST_CASE(device_and_unknown_events) {
   const Event fatal = Event::synthesize(device(), IBV_EVENT_DEVICE_FATAL, ibev::WholeDevice{});
-  BOOST_TEST(ibev::watch::format_human(fatal, "rxe0", noon()).find(
-                 " rxe0 device IBV_EVENT_DEVICE_FATAL (local catastrophic error) fatal") !=
+  BOOST_TEST(ibev::watch::format_human(fatal, "rxe0", noon())
+                 .find(" rxe0 device IBV_EVENT_DEVICE_FATAL (local catastrophic error) fatal") !=
              std::string::npos);
   ibv_async_event raw{};
   const int code = 42;
@@ -95,12 +94,13 @@ BOOST_AUTO_TEST_CASE(a_lost_device_and_devices_coming_and_going) {
   BOOST_TEST(ibev::watch::format_human(lost, "rxe0", noon()) ==
              "2026-11-21T12:00:00.123456Z rxe0 device IBV_EVENT_DEVICE_FATAL (local catastrophic "
              "error) fatal [removed] [synthesized]");
-  BOOST_TEST(ibev::recording_line(lost, "rxe0", noon()).find(
-                 R"("loss":"removed","synthesized":true})") != std::string::npos);
-  BOOST_TEST(ibev::watch::format_change_human("rxe0", "uverbs0", false,
-                                              ibev::DeviceLoss::kRemoved, noon()) ==
+  BOOST_TEST(
+      ibev::recording_line(lost, "rxe0", noon()).find(R"("loss":"removed","synthesized":true})") !=
+      std::string::npos);
+  BOOST_TEST(ibev::watch::format_change_human("rxe0", "uverbs0", false, ibev::DeviceLoss::kRemoved,
+                                              noon()) ==
              "2026-11-21T12:00:00.123456Z rxe0 device removed (uverbs0, removed)");
-  BOOST_TEST(ibev::recording_change_line("rxe0", "uverbs1", true, ibev::DeviceLoss::kNone,
-                                             noon()) ==
-             R"({"time":"2026-11-21T12:00:00.123456Z","device":"rxe0","change":"added","node":"uverbs1"})");
+  BOOST_TEST(
+      ibev::recording_change_line("rxe0", "uverbs1", true, ibev::DeviceLoss::kNone, noon()) ==
+      R"({"time":"2026-11-21T12:00:00.123456Z","device":"rxe0","change":"added","node":"uverbs1"})");
 }

@@ -121,7 +121,8 @@ BOOST_AUTO_TEST_CASE(values_ignore_the_stream_locale) {
   text.family("ibev_x", MetricsText::kGauge, "h");
   text.sample({}, std::uint64_t{1234567});
   text.sample({}, 1764503412.5);
-  BOOST_TEST(out.str() == "# HELP ibev_x h\n# TYPE ibev_x gauge\nibev_x 1234567\nibev_x 1764503412.5\n");
+  BOOST_TEST(out.str() ==
+             "# HELP ibev_x h\n# TYPE ibev_x gauge\nibev_x 1234567\nibev_x 1764503412.5\n");
 }
 
 BOOST_AUTO_TEST_CASE(a_sample_before_any_family_is_refused) {

@@ -1,0 +1,161 @@
+// The fault-injection schedule (core/fault_schedule.h).
+#include <ibev/core/fault_schedule.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+namespace ibev {
+namespace {
+
+constexpr Fault::Kind kKinds[] = {Fault::Kind::kPortDown,  Fault::Kind::kPortUp,
+                                  Fault::Kind::kGidChange, Fault::Kind::kQpFatal,
+                                  Fault::Kind::kRemove,    Fault::Kind::kAdd};
+
+[[noreturn]] void fail(const std::string& where, const std::string& why) {
+  throw std::invalid_argument(where + ": " + why);
+}
+
+std::chrono::microseconds parse_time(const std::string& text, const std::string& where) {
+  const bool millis = text.size() > 2 && text.compare(text.size() - 2, 2, "ms") == 0;
+  const bool seconds = !millis && text.size() > 1 && text.back() == 's';
+  const std::string number = text.substr(0, text.size() - (millis ? 2 : seconds ? 1 : 0));
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(number.c_str(), &end);
+  if ((!millis && !seconds) || number.empty() || *end != '\0' || errno != 0 || !(value >= 0) ||
+      std::isinf(value) || number.find_first_not_of("0123456789.") != std::string::npos) {
+    fail(where, "the time '" + text + "' is not N[.N]s or N[.N]ms");
+  }
+  return std::chrono::microseconds(std::llround(value * (millis ? 1e3 : 1e6)));
+}
+
+std::uint32_t parse_number(const std::string& text, std::uint64_t low, std::uint64_t high,
+                           const std::string& what, const std::string& where) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 0);
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 || value < low || value > high) {
+    fail(where, what + " '" + text + "' is not a number from " + std::to_string(low) + " to " +
+                    std::to_string(high));
+  }
+  return static_cast<std::uint32_t>(value);
+}
+
+}  // namespace
+
+std::string_view to_string(Fault::Kind kind) noexcept {
+  switch (kind) {
+    case Fault::Kind::kPortDown:
+      return "port-down";
+    case Fault::Kind::kPortUp:
+      return "port-up";
+    case Fault::Kind::kGidChange:
+      return "gid-change";
+    case Fault::Kind::kQpFatal:
+      return "qp-fatal";
+    case Fault::Kind::kRemove:
+      return "remove";
+    case Fault::Kind::kAdd:
+      return "add";
+  }
+  return "invalid";
+}
+
+std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name) {
+  std::vector<Fault> faults;
+  std::string text;
+  for (int number = 1; std::getline(in, text); ++number) {
+    const std::string where = name + ":" + std::to_string(number);
+    std::istringstream words(text.substr(0, text.find('#')));
+    std::vector<std::string> fields;
+    for (std::string word; words >> word;) fields.push_back(word);
+    if (fields.empty()) continue;
+    if (fields.size() < 3) fail(where, "expected: TIME FAULT DEVICE [ARGUMENT]");
+    Fault fault;
+    fault.line = number;
+    fault.at = parse_time(fields[0], where);
+    if (!faults.empty() && fault.at < faults.back().at) {
+      fail(where, "the time " + fields[0] + " goes back: the schedule is in time order");
+    }
+    bool known = false;
+    for (const Fault::Kind kind : kKinds) {
+      if (fields[1] == to_string(kind)) {
+        fault.kind = kind;
+        known = true;
+      }
+    }
+    if (!known) {
+      fail(where, "unknown fault '" + fields[1] +
+                      "' (port-down, port-up, gid-change, qp-fatal, remove, add)");
+    }
+    fault.device = fields[2];
+    const bool takes_argument = fault.kind != Fault::Kind::kRemove;
+    if (fields.size() != (takes_argument ? 4u : 3u)) {
+      fail(where, std::string(to_string(fault.kind)) +
+                      (takes_argument ? " takes DEVICE and " : " takes DEVICE only") +
+                      (fault.kind == Fault::Kind::kQpFatal ? "a QP number"
+                       : fault.kind == Fault::Kind::kAdd   ? "a netdev"
+                       : takes_argument                    ? "a port"
+                                                           : ""));
+    }
+    switch (fault.kind) {
+      case Fault::Kind::kQpFatal:
+        fault.number = parse_number(fields[3], 0, 0xffffff, "the QP number", where);
+        break;
+      case Fault::Kind::kAdd:
+        fault.netdev = fields[3];
+        break;
+      case Fault::Kind::kRemove:
+        break;
+      default:
+        fault.number = parse_number(fields[3], 1, 255, "the port", where);
+    }
+    faults.push_back(std::move(fault));
+  }
+  return faults;
+}
+
+std::vector<RecordedLine> to_recording(const std::vector<Fault>& faults,
+                                       RecordingClock::time_point start) {
+  std::vector<RecordedLine> lines;
+  for (const Fault& fault : faults) {
+    const auto time = start + fault.at;
+    RecordedEvent event;
+    event.time = time;
+    event.device = fault.device;
+    event.synthesized = true;
+    switch (fault.kind) {
+      case Fault::Kind::kPortDown:
+      case Fault::Kind::kPortUp:
+      case Fault::Kind::kGidChange:
+        event.code = fault.kind == Fault::Kind::kPortDown ? IBV_EVENT_PORT_ERR
+                     : fault.kind == Fault::Kind::kPortUp ? IBV_EVENT_PORT_ACTIVE
+                                                          : IBV_EVENT_GID_CHANGE;
+        event.kind = ElementKind::kPort;
+        event.port = static_cast<int>(fault.number);
+        break;
+      case Fault::Kind::kQpFatal:
+        event.code = IBV_EVENT_QP_FATAL;
+        event.kind = ElementKind::kQp;
+        event.number = fault.number;
+        break;
+      case Fault::Kind::kRemove:
+        event.code = IBV_EVENT_DEVICE_FATAL;
+        event.kind = ElementKind::kDevice;
+        event.loss = DeviceLoss::kRemoved;
+        lines.emplace_back(std::move(event));
+        lines.emplace_back(RecordedChange{time, fault.device, "", false, DeviceLoss::kRemoved});
+        continue;
+      case Fault::Kind::kAdd:
+        lines.emplace_back(RecordedChange{time, fault.device, "", true, DeviceLoss::kNone});
+        continue;
+    }
+    lines.emplace_back(std::move(event));
+  }
+  return lines;
+}
+
+}  // namespace ibev

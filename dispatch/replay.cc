@@ -1,0 +1,88 @@
+// Playing a recording into a Dispatcher (dispatch/replay.h).
+#include <ibev/dispatch/replay.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+namespace ibev {
+
+Replay::Replay(Dispatcher& dispatcher, Options options)
+    : dispatcher_(dispatcher), options_(std::move(options)) {
+  if (!options_.device) {
+    throw std::invalid_argument("Replay: no Options::device to map recorded devices to");
+  }
+  if (!(options_.speed >= 0) || std::isinf(options_.speed)) {
+    throw std::invalid_argument("Replay: speed " + std::to_string(options_.speed) +
+                                " is not 0 (as fast as possible) or above");
+  }
+}
+
+void Replay::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+}
+
+bool Replay::wait_until(std::chrono::steady_clock::time_point when) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return !wake_.wait_until(lock, when, [this] { return stopping_; });
+}
+
+std::optional<Replay::Target> Replay::target_of(const RecordedEvent& event) const {
+  if (event.kind == ElementKind::kPort) return Target(Element(Port{*event.port}));
+  if (event.kind == ElementKind::kDevice) return Target(Element(WholeDevice{}));
+  if (options_.object) return options_.object(event);
+  if (event.number) return Target(ObjectNumber{event.kind, *event.number});
+  return std::nullopt;
+}
+
+ReplayStats Replay::play(const std::vector<RecordedLine>& lines) {
+  ReplayStats stats;
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<RecordingClock::time_point> first;
+  for (const RecordedLine& line : lines) {
+    const auto& time = std::visit([](const auto& l) { return l.time; }, line);
+    if (!first) first = time;
+    if (options_.speed > 0) {
+      const auto at = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    (time - *first) / options_.speed);
+      if (!wait_until(at)) {
+        stats.stopped = true;
+        return stats;
+      }
+    } else if (!wait_until(std::chrono::steady_clock::time_point::min())) {
+      stats.stopped = true;
+      return stats;
+    }
+    if (const auto* change = std::get_if<RecordedChange>(&line)) {
+      if (options_.change) options_.change(*change);
+      ++stats.changes;
+      continue;
+    }
+    const auto& event = std::get<RecordedEvent>(line);
+    ibv_context* device = options_.device(event.device);
+    const std::optional<Target> target = device ? target_of(event) : std::nullopt;
+    if (!target) {
+      ++stats.skipped;
+      continue;
+    }
+    try {
+      if (const auto* element = std::get_if<Element>(&*target)) {
+        dispatcher_.inject(device, event.code, *element);
+      } else {
+        dispatcher_.inject(device, event.code, std::get<ObjectNumber>(*target));
+      }
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(
+          "Replay::play: " + enumerator_name(event.code) + " of " + event.device + " (event " +
+          std::to_string(stats.injected + stats.skipped + 1) + "): " + e.what());
+    }
+    ++stats.injected;
+  }
+  return stats;
+}
+
+}  // namespace ibev

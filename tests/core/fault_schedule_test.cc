@@ -1,0 +1,93 @@
+// The fault-injection schedule (core/fault_schedule.h): every fault reads, and
+// becomes the events a real one raises; malformed lines are refused with
+// their place.
+#define BOOST_TEST_MODULE ibev_fault_schedule
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <variant>
+
+#include <ibev/core/fault_schedule.h>
+
+using ibev::Fault;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<Fault> read(const std::string& text) {
+  std::istringstream in(text);
+  return ibev::read_fault_schedule(in, "faults.txt");
+}
+
+const char kSchedule[] =
+    "# at    fault       device  argument\n"
+    "0s      port-down   rxe0    1          # the link goes down\n"
+    "\n"
+    "1.5s    port-up     rxe0    1\n"
+    "2s      gid-change  rxe0    2\n"
+    "2500ms  qp-fatal    rxe0    0x11\n"
+    "3s      remove      rxe0\n"
+    "4s      add         rxe0    d0\n";
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_fault_reads) {
+  const auto faults = read(kSchedule);
+  BOOST_REQUIRE_EQUAL(faults.size(), 6u);
+  BOOST_TEST((faults[0].kind == Fault::Kind::kPortDown && faults[0].number == 1u));
+  BOOST_TEST((faults[1].at == 1500ms && faults[1].kind == Fault::Kind::kPortUp));
+  BOOST_TEST((faults[2].kind == Fault::Kind::kGidChange && faults[2].number == 2u));
+  BOOST_TEST((faults[3].at == 2500ms && faults[3].number == 0x11u));
+  BOOST_TEST((faults[4].kind == Fault::Kind::kRemove && faults[4].device == "rxe0"));
+  BOOST_TEST((faults[5].kind == Fault::Kind::kAdd && faults[5].netdev == "d0"));
+  BOOST_TEST(faults[5].line == 8);
+}
+
+BOOST_AUTO_TEST_CASE(faults_become_the_events_real_ones_raise) {
+  const auto start = ibev::RecordingClock::now();
+  const auto lines = ibev::to_recording(read(kSchedule), start);
+  BOOST_REQUIRE_EQUAL(lines.size(), 7u);  // remove is an event and a change
+  const auto event = [&](std::size_t i) { return std::get<ibev::RecordedEvent>(lines[i]); };
+  BOOST_TEST(event(0).code == IBV_EVENT_PORT_ERR);
+  BOOST_TEST((event(0).port == std::optional<int>(1)));
+  BOOST_TEST(event(1).code == IBV_EVENT_PORT_ACTIVE);
+  BOOST_TEST((event(1).time == start + 1500ms));
+  BOOST_TEST(event(2).code == IBV_EVENT_GID_CHANGE);
+  BOOST_TEST(event(3).code == IBV_EVENT_QP_FATAL);
+  BOOST_TEST((event(3).kind == ibev::ElementKind::kQp));
+  BOOST_TEST((event(3).number == std::optional<std::uint32_t>(0x11)));
+  BOOST_TEST(event(4).code == IBV_EVENT_DEVICE_FATAL);
+  BOOST_TEST((event(4).loss == ibev::DeviceLoss::kRemoved));
+  BOOST_TEST(!std::get<ibev::RecordedChange>(lines[5]).added);
+  BOOST_TEST(std::get<ibev::RecordedChange>(lines[6]).added);
+}
+
+struct Bad {
+  const char* text;
+  const char* why;
+};
+std::ostream& operator<<(std::ostream& out, const Bad& b) { return out << b.text; }
+
+const Bad kBad[] = {
+    {"1s port-down\n", "faults.txt:1: expected: TIME FAULT DEVICE"},
+    {"1 port-down rxe0 1\n", "faults.txt:1: the time '1' is not N[.N]s or N[.N]ms"},
+    {"-1s port-down rxe0 1\n", "the time '-1s' is not"},
+    {"1s port-down rxe0 1\n0.5s port-up rxe0 1\n", "faults.txt:2: the time 0.5s goes back"},
+    {"1s reboot rxe0\n", "faults.txt:1: unknown fault 'reboot'"},
+    {"1s port-down rxe0 0\n", "the port '0' is not a number from 1 to 255"},
+    {"1s port-down rxe0\n", "port-down takes DEVICE and a port"},
+    {"1s remove rxe0 1\n", "remove takes DEVICE only"},
+    {"1s qp-fatal rxe0 0x1000000\n", "the QP number '0x1000000' is not a number"},
+    {"1s add rxe0\n", "add takes DEVICE and a netdev"},
+};
+
+BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::data::make(kBad), b) {
+  try {
+    read(b.text);
+    BOOST_FAIL("read: " << b.text);
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find(b.why) != std::string::npos, e.what());
+  }
+}

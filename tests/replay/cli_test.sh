@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# ibev-replay's command line, on the host: what it prints for a recording and
+# a schedule (scaled by --speed), its refusals with their line and exit
+# statuses, and its man page naming every option.
+#
+#   cli_test.sh IBEV_REPLAY MAN_PAGE RECORDING
+set -uo pipefail
+replay=$1 man=$2 recording=$3
+passed=0 failed=0
+expect() {  # expect NAME CONDITION...
+  local name=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $name"; fi
+}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+out=$dir/out err=$dir/err
+run() { "$replay" "$@" >"$out" 2>"$err"; echo $?; }
+
+expect "-V exits 0" test "$(run -V)" = 0
+expect "-h prints the usage" test "$(run -h)" = 0
+expect "... with the exit statuses" grep -q '^Exit status' "$out"
+
+expect "a recording prints" test "$(run "$recording")" = 0
+expect "... every event and change, counts left out" test "$(wc -l <"$out")" = 6
+expect "... a port event" grep -qx '+1.000000 rxe0 port 1 IBV_EVENT_PORT_ERR' "$out"
+expect "... an object by address" grep -qx '+2.000000 rxe0 qp 0x55d0c0ffee00 IBV_EVENT_QP_FATAL' "$out"
+expect "... a removal" grep -qx '+3.000100 rxe0 device removed' "$out"
+expect "--speed 2 halves the times" test "$(run -x 2 "$recording")" = 0
+expect "... so" grep -qx '+0.750000 rxe0 port 1 IBV_EVENT_PORT_ACTIVE' "$out"
+expect "stdin with -" test "$("$replay" - <"$recording" | wc -l)" = 6
+
+cat >"$dir/faults" <<'FAULTS'
+# at    fault       device  argument
+0s      port-down   rxe0    1
+1.5s    port-up     rxe0    1
+2500ms  qp-fatal    rxe0    0x11
+3s      remove      rxe0
+FAULTS
+expect "a schedule prints its events" test "$(run --schedule "$dir/faults")" = 0
+expect "... in order" diff -u - "$out" <<'EXPECTED'
++0.000000 rxe0 port 1 IBV_EVENT_PORT_ERR
++1.500000 rxe0 port 1 IBV_EVENT_PORT_ACTIVE
++2.500000 rxe0 qp #17 IBV_EVENT_QP_FATAL
++3.000000 rxe0 device IBV_EVENT_DEVICE_FATAL
++3.000000 rxe0 device removed
+EXPECTED
+expect "--real refuses qp-fatal before doing anything (exit 1)" \
+  test "$(run --schedule --real "$dir/faults")" = 1
+expect "... naming its line" grep -q 'faults:4: qp-fatal has no real action' "$err"
+printf '0s port-down nosuch0 1\n' >"$dir/nodev"
+expect "--real on a device with no netdev exits 2" test "$(run -s -r "$dir/nodev")" = 2
+expect "... saying so" grep -q 'nodev:1: no netdev under nosuch0 port 1' "$err"
+
+printf '{"recording":"ibev","version":1,"time":"x"}\nnot json\n' >"$dir/bad"
+expect "a malformed recording exits 1" test "$(run "$dir/bad")" = 1
+expect "... naming its line" grep -q 'bad:2: not a JSON object' "$err"
+printf '1s explode rxe0\n' >"$dir/badfaults"
+expect "a malformed schedule exits 1" test "$(run -s "$dir/badfaults")" = 1
+expect "... naming its line" grep -q "badfaults:1: unknown fault 'explode'" "$err"
+expect "a missing file exits 1" test "$(run "$dir/none")" = 1
+expect "... saying why" grep -q 'cannot open .*/none: No such file or directory' "$err"
+
+for bad in "" "a b" "--real $recording" "-x -1 $recording" "-x fast $recording" --bogus; do
+  # shellcheck disable=SC2086
+  expect "'$bad' is a usage error (exit 1)" test "$(run $bad)" = 1
+  expect "'$bad' prints the usage" grep -q '^usage: ibev-replay' "$err"
+done
+
+for pair in s:schedule r:real x:speed V:version h:help; do
+  expect "man page documents -${pair%%:*}, --${pair#*:}" \
+    grep -q "\\\\fB\\\\-${pair%%:*}\\\\fR, \\\\fB\\\\-\\\\-${pair#*:}" "$man"
+done
+echo "$passed passed, $failed failed"
+((failed == 0))

@@ -1,0 +1,166 @@
+// Record and replay on a real device: ibev-watch records a flap, a GID change
+// and a device's removal and return, done for real by ibev-replay's fault
+// schedule; the recording, replayed into this process's own Dispatcher, must
+// reach its listener as the same sequence with the same elements. And a
+// schedule's qp-fatal, injected, reaches a real QueuePair by its number.
+// The binaries' paths come after "--": ibev-watch, then ibev-replay.
+#define BOOST_TEST_MODULE ibev_softroce_replay
+#include <boost/test/unit_test.hpp>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <ibev/core/fault_schedule.h>
+#include <ibev/core/recording.h>
+#include <ibev/dispatch/replay.h>
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/queue_pair.h>
+
+#include "tests/softroce/rdma_fixture.h"
+#include "tests/softroce/verbs_fixture.h"
+
+using namespace ibev::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string binary(int index) {
+  const auto& suite = boost::unit_test::framework::master_test_suite();
+  BOOST_REQUIRE_MESSAGE(suite.argc >= 3, "pass ibev-watch and ibev-replay after --");
+  return suite.argv[index];
+}
+
+// What an event says, for comparing sequences.
+struct Said {
+  int code;
+  ibev::ElementKind kind;
+  std::optional<int> port;
+  bool operator==(const Said& o) const {
+    return code == o.code && kind == o.kind && port == o.port;
+  }
+};
+std::ostream& operator<<(std::ostream& out, const Said& s) {
+  return out << ibev::enumerator_name(s.code) << " " << ibev::to_string(s.kind) << " "
+             << s.port.value_or(0);
+}
+
+long count_of(const std::string& text, const std::string& needle) {
+  long n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_recorded_flap_gid_change_and_removal_replays_the_same) {
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  const std::string device = test_device();
+  const std::string netdev = test_netdev();
+  const std::string recording = tmp + "/recording.jsonl";
+  // The recording is stdout alone; what it says on stderr is watched.
+  Spawned ibev_watch("sh -c 'exec " + binary(1) + " --json 2>&1 >" + recording + "'",
+                     tmp + "/ibev_watch.err");
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device, 20s),
+                        ibev_watch.text());
+
+  // The faults, done for real at their times (ip link, ip addr, rdma link).
+  std::ofstream(tmp + "/faults") << "0s     port-down   " << device << " 1\n"
+                                 << "500ms  port-up     " << device << " 1\n"
+                                 << "1s     gid-change  " << device << " 1\n"
+                                 << "1500ms remove      " << device << "\n"
+                                 << "2s     add         " << device << " " << netdev << "\n";
+  run_command(binary(2) + " --schedule --real " + tmp + "/faults > " + tmp + "/real.out 2>&1");
+  const std::string added = R"("device":")" + device + R"(","change":"added")";
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  const auto recorded_text = [&] {
+    std::ifstream in(recording);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  while (count_of(recorded_text(), added) < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  BOOST_REQUIRE_MESSAGE(count_of(recorded_text(), added) == 2, recorded_text());
+  std::this_thread::sleep_for(500ms);  // what the re-added device raises, recorded too
+  ibev_watch.stop();
+
+  std::ifstream file(recording);
+  const auto lines = ibev::read_recording(file, recording);
+  std::vector<Said> recorded;
+  for (const auto& line : lines) {
+    if (const auto* event = std::get_if<ibev::RecordedEvent>(&line)) {
+      recorded.push_back({event->code, event->kind, event->port});
+    }
+  }
+  BOOST_TEST_MESSAGE("recorded:\n" << recorded_text());
+  // Each real fault raised its event.
+  for (const int code :
+       {IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_GID_CHANGE, IBV_EVENT_DEVICE_FATAL}) {
+    BOOST_TEST(std::count_if(recorded.begin(), recorded.end(),
+                             [&](const Said& s) { return s.code == code; }) >= 1,
+               ibev::enumerator_name(code) << " recorded");
+  }
+
+  // A fresh Dispatcher, the re-added device, a listener; the replay.
+  Env env(device);
+  Recorder heard;
+  ibev::Handle listener = env.device->on_event({}, heard.as("listener"));
+  ibev::Replay::Options options;
+  options.speed = 0;
+  options.device = [&](const std::string& name) {
+    return name == device ? env.device->context() : nullptr;
+  };
+  std::size_t changes = 0;
+  options.change = [&](const ibev::RecordedChange&) { ++changes; };
+  const ibev::ReplayStats stats = ibev::Replay(env.dispatcher, options).play(lines);
+  BOOST_TEST(stats.injected == recorded.size());
+  BOOST_TEST(stats.skipped == 0u);
+  BOOST_TEST(changes == 3u);  // added at start, removed, added again
+  const auto replayed = [](const std::vector<Recorder::Entry>& entries) {
+    std::vector<Said> said;
+    for (const auto& entry : entries) {
+      // Only the replay's: the live device may raise events of its own.
+      if (entry.event.synthesized()) {
+        said.push_back({entry.event.code(), entry.event.element_kind(), entry.event.port()});
+      }
+    }
+    return said;
+  };
+  BOOST_TEST(heard.wait_until([&](const std::vector<Recorder::Entry>& entries) {
+    return replayed(entries).size() >= recorded.size();
+  }));
+  BOOST_TEST(replayed(heard.entries()) == recorded, boost::test_tools::per_element());
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+  run_command("ip -6 addr del fd00:ffff::3/128 dev " + netdev);
+}
+
+// A schedule's qp-fatal names the QP by number: injected, it reaches the
+// QueuePair made with that number's handler, and the port fault its device's
+// listener, in the schedule's order.
+BOOST_AUTO_TEST_CASE(an_injected_schedule_reaches_a_queue_pair_by_number) {
+  Env env(test_device());
+  Recorder heard;
+  ibev::QueuePair::Options qp_options;
+  qp_options.send_cq = qp_options.recv_cq = plain_cq(env.device);
+  auto qp = ibev::QueuePair::create(env.pd, heard.as("qp"), qp_options);
+  ibev::Handle listener = env.device->on_event({}, heard.as("listener"));
+  std::istringstream schedule("0s qp-fatal " + test_device() + " " + std::to_string(qp->qp_num()) +
+                              "\n100ms port-down " + test_device() + " 1\n");
+  const auto faults = ibev::read_fault_schedule(schedule, "schedule");
+  ibev::Replay::Options options;
+  options.speed = 0;
+  options.device = [&](const std::string&) { return env.device->context(); };
+  BOOST_TEST(ibev::Replay(env.dispatcher, options)
+                 .play(ibev::to_recording(faults, ibev::RecordingClock::now()))
+                 .injected == 2u);
+  BOOST_TEST(heard.wait_for("listener", 1), heard.summary());
+  const auto entries = heard.entries();
+  BOOST_REQUIRE_EQUAL(entries.size(), 2u);
+  BOOST_TEST(entries[0].who == "qp");
+  BOOST_TEST(entries[0].event.code() == IBV_EVENT_QP_FATAL);
+  BOOST_TEST(entries[1].event.code() == IBV_EVENT_PORT_ERR);
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}

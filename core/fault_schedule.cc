@@ -14,6 +14,8 @@ constexpr Fault::Kind kKinds[] = {Fault::Kind::kPortDown,  Fault::Kind::kPortUp,
                                   Fault::Kind::kGidChange, Fault::Kind::kQpFatal,
                                   Fault::Kind::kRemove,    Fault::Kind::kAdd};
 
+constexpr double kLongest = 366 * 86400.0;  // seconds: a schedule's span
+
 [[noreturn]] void fail(const std::string& where, const std::string& why) {
   throw std::invalid_argument(where + ": " + why);
 }
@@ -26,22 +28,21 @@ std::chrono::microseconds parse_time(const std::string& text, const std::string&
   errno = 0;
   const double value = std::strtod(number.c_str(), &end);
   if ((!millis && !seconds) || number.empty() || *end != '\0' || errno != 0 || !(value >= 0) ||
-      std::isinf(value) || number.find_first_not_of("0123456789.") != std::string::npos) {
-    fail(where, "the time '" + text + "' is not N[.N]s or N[.N]ms");
+      value * (millis ? 1e-3 : 1) > kLongest ||
+      number.find_first_not_of("0123456789.") != std::string::npos) {
+    fail(where, "the time '" + text + "' is not N[.N]s or N[.N]ms, up to a year");
   }
   return std::chrono::microseconds(std::llround(value * (millis ? 1e3 : 1e6)));
 }
 
 std::uint32_t parse_number(const std::string& text, std::uint64_t low, std::uint64_t high,
                            const std::string& what, const std::string& where) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 0);
-  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 || value < low || value > high) {
+  const std::optional<std::uint64_t> value = parse_whole_number(text, high);
+  if (!value || *value < low) {
     fail(where, what + " '" + text + "' is not a number from " + std::to_string(low) + " to " +
                     std::to_string(high));
   }
-  return static_cast<std::uint32_t>(value);
+  return static_cast<std::uint32_t>(*value);
 }
 
 }  // namespace
@@ -115,6 +116,7 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
     }
     faults.push_back(std::move(fault));
   }
+  if (in.bad()) throw std::invalid_argument(name + ": a read failed");
   return faults;
 }
 

@@ -1,10 +1,9 @@
 // The recording format (core/recording.h): written and read in this one file.
 #include <ibev/core/recording.h>
 
-#include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <sstream>
 #include <stdexcept>
@@ -13,15 +12,6 @@
 #include <boost/property_tree/ptree.hpp>
 
 namespace ibev {
-namespace {
-
-std::string address(const void* object) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", object);
-  return text;
-}
-
-}  // namespace
 
 // --------------------------------------------------------------- writing
 
@@ -36,6 +26,12 @@ std::string iso8601_utc(RecordingClock::time_point time) {
   std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", utc.tm_year + 1900,
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                 static_cast<long long>(micros.count()));
+  return text;
+}
+
+std::string object_address(const void* object) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", object);
   return text;
 }
 
@@ -79,7 +75,7 @@ std::string recording_line(const Event& event, std::string_view device,
   if (const auto port = event.port()) {
     out << ",\"port\":" << *port;
   } else if (const void* object = event.object()) {
-    out << ",\"object\":" << json_string(address(object));
+    out << ",\"object\":" << json_string(object_address(object));
   } else if (const auto number = event.object_number()) {
     out << ",\"number\":" << number->number;
   }
@@ -120,41 +116,64 @@ class LineReader {
   bool has(const char* key) const { return tree_.find(key) != tree_.not_found(); }
 
   std::string text(const char* key) const {
-    const auto value = tree_.get_optional<std::string>(key);
-    if (!value) fail(std::string("no \"") + key + "\"");
-    return *value;
+    const auto child = tree_.get_child_optional(key);
+    if (!child) fail(std::string("no \"") + key + "\"");
+    if (!child->empty()) fail(std::string("\"") + key + "\" is an object or an array");
+    return child->data();
   }
 
-  // A whole number within [low, high]; base 16 takes "0x".
-  unsigned long long number(const char* key, unsigned long long low, unsigned long long high,
-                            int base = 10) const {
+  // A whole number within [low, high].
+  std::uint64_t number(const char* key, std::uint64_t low, std::uint64_t high) const {
     const std::string value = text(key);
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = std::strtoull(value.c_str(), &end, base);
-    if (value.empty() || value[0] == '-' || value[0] == '+' || *end != '\0' || errno != 0 ||
-        n < low || n > high) {
+    const std::optional<std::uint64_t> n = parse_whole_number(value, high);
+    if (!n || *n < low) {
       fail(std::string("\"") + key + "\" is not a number from " + std::to_string(low) + " to " +
            std::to_string(high) + ": '" + value + "'");
     }
-    return n;
+    return *n;
   }
 
+  // YYYY-MM-DDTHH:MM:SS[.F]Z, F of 1 to 9 digits, every field in its range.
   RecordingClock::time_point time() const {
     const std::string value = text("time");
+    const auto digits = [&](std::size_t at, std::size_t count, int low, int high) {
+      int n = 0;
+      for (std::size_t i = at; i < at + count; ++i) {
+        if (i >= value.size() || value[i] < '0' || value[i] > '9') return -1;
+        n = n * 10 + (value[i] - '0');
+      }
+      return n < low || n > high ? -1 : n;
+    };
+    const auto bad = [&] {
+      fail("\"time\" is not ISO 8601 UTC (2026-11-21T12:00:00.123456Z): '" + value + "'");
+    };
     std::tm utc{};
-    long long micros = 0;
-    int consumed = 0;
-    if (std::sscanf(value.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%6lldZ%n", &utc.tm_year, &utc.tm_mon,
-                    &utc.tm_mday, &utc.tm_hour, &utc.tm_min, &utc.tm_sec, &micros,
-                    &consumed) != 7 ||
-        static_cast<std::size_t>(consumed) != value.size()) {
-      fail("\"time\" is not ISO 8601 UTC with microseconds: '" + value + "'");
+    utc.tm_year = digits(0, 4, 1970, 9999);
+    utc.tm_mon = digits(5, 2, 1, 12);
+    utc.tm_mday = digits(8, 2, 1, 31);
+    utc.tm_hour = digits(11, 2, 0, 23);
+    utc.tm_min = digits(14, 2, 0, 59);
+    utc.tm_sec = digits(17, 2, 0, 59);
+    if (value.size() < 20 || value[4] != '-' || value[7] != '-' || value[10] != 'T' ||
+        value[13] != ':' || value[16] != ':' || utc.tm_year < 0 || utc.tm_mon < 0 ||
+        utc.tm_mday < 0 || utc.tm_hour < 0 || utc.tm_min < 0 || utc.tm_sec < 0) {
+      bad();
     }
+    std::chrono::nanoseconds fraction{0};
+    std::size_t at = 19;
+    if (value[at] == '.') {
+      long long scale = 100000000;  // the first digit's nanoseconds
+      for (++at; at < value.size() && value[at] >= '0' && value[at] <= '9'; ++at, scale /= 10) {
+        if (scale == 0) bad();  // more than 9 digits
+        fraction += std::chrono::nanoseconds((value[at] - '0') * scale);
+      }
+      if (at == 20) bad();  // a point with no digit
+    }
+    if (at != value.size() - 1 || value[at] != 'Z') bad();
     utc.tm_year -= 1900;
     utc.tm_mon -= 1;
-    return RecordingClock::time_point(std::chrono::seconds(timegm(&utc)) +
-                                      std::chrono::microseconds(micros));
+    return RecordingClock::time_point(std::chrono::duration_cast<RecordingClock::duration>(
+        std::chrono::seconds(timegm(&utc)) + fraction));
   }
 
   DeviceLoss loss() const {
@@ -196,7 +215,7 @@ RecordedEvent read_event(const LineReader& line) {
     event.port = static_cast<int>(line.number("port", 1, 255));
   }
   if (line.has("object")) {
-    event.object = line.number("object", 0, UINT64_MAX, 16);
+    event.object = line.number("object", 0, UINT64_MAX);
   }
   if (line.has("number")) {
     event.number = static_cast<std::uint32_t>(line.number("number", 0, 0xffffffff));
@@ -225,7 +244,10 @@ RecordedChange read_change(const LineReader& line) {
 std::vector<RecordedLine> read_recording(std::istream& in, const std::string& name) {
   std::vector<RecordedLine> lines;
   std::string text;
+  bool seen_line = false;
+  int last_line = 0;
   for (int number = 1; std::getline(in, text); ++number) {
+    last_line = number;
     const std::string where = name + ":" + std::to_string(number);
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     ptree tree;
@@ -236,23 +258,52 @@ std::vector<RecordedLine> read_recording(std::istream& in, const std::string& na
       throw std::invalid_argument(where + ": not a JSON object: " + e.message());
     }
     const LineReader line(tree, where);
-    if (line.has("recording")) {
-      const unsigned long long version = line.number("version", 1, 0x7fffffff);
-      if (version > static_cast<unsigned long long>(kRecordingVersion)) {
+    // By "code" or "change" first: a later version may add any other key.
+    if (line.has("code")) {
+      lines.emplace_back(read_event(line));
+    } else if (line.has("change")) {
+      lines.emplace_back(read_change(line));
+    } else if (line.has("recording")) {
+      if (line.text("recording") != "ibev") line.fail("a header of another format");
+      const std::uint64_t version = line.number("version", 1, 0x7fffffff);
+      if (version > static_cast<std::uint64_t>(kRecordingVersion)) {
         line.fail("a recording of version " + std::to_string(version) +
                   "; this ibev reads version " + std::to_string(kRecordingVersion));
       }
-    } else if (line.has("count")) {
-      continue;  // ibev-watch --count's totals at exit
-    } else if (line.has("change")) {
-      lines.emplace_back(read_change(line));
-    } else if (line.has("code")) {
-      lines.emplace_back(read_event(line));
-    } else {
+      if (seen_line) line.fail("a header after the first line (recordings put together?)");
+    } else if (!line.has("count")) {  // ibev-watch --count's totals at exit
       line.fail("neither an event (\"code\") nor a device change (\"change\")");
     }
+    seen_line = true;
   }
+  if (in.bad())
+    throw std::invalid_argument(name + ": a read failed after line " + std::to_string(last_line));
   return lines;
+}
+
+std::optional<std::uint64_t> parse_whole_number(std::string_view text, std::uint64_t high) {
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const std::string_view digits = hex ? text.substr(2) : text;
+  if (digits.empty()) return std::nullopt;
+  std::uint64_t value = 0;
+  const auto [end, error] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), value, hex ? 16 : 10);
+  if (error != std::errc() || end != digits.data() + digits.size() || value > high) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::chrono::nanoseconds replay_delay(RecordingClock::duration gap, double speed) {
+  if (!(speed == 0 || (speed >= 1e-6 && speed <= 1e6))) {
+    throw std::invalid_argument("replay speed " + std::to_string(speed) +
+                                " is not 0 (no waits) nor from 1e-6 to 1e6");
+  }
+  if (speed == 0 || gap <= RecordingClock::duration::zero()) return std::chrono::nanoseconds(0);
+  // A gap of centuries at 1e-6 still fits: int64 nanoseconds hold 292 years.
+  const double nanos = std::chrono::duration<double, std::nano>(gap).count() / speed;
+  return nanos >= 9e18 ? std::chrono::nanoseconds::max()
+                       : std::chrono::nanoseconds(static_cast<std::int64_t>(nanos));
 }
 
 }  // namespace ibev

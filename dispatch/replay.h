@@ -21,9 +21,16 @@
 // rdma-core, and a recorded device loss is a DEVICE_FATAL only (the live
 // device stays open).
 //
-// Timing: events are injected at their recorded distance from the first,
-// divided by `speed`; speed 0 injects them back to back. play() does not
-// wait for delivery: handlers run on the dispatching thread, in order.
+// Timing: events are injected at their recorded distance from `origin` (by
+// default the first line's time; a schedule's to_recording() start, so that
+// its "5s" waits 5 s), divided by `speed` (replay_delay, core/recording.h);
+// speed 0 injects them back to back. play() does not wait for delivery:
+// handlers run on the dispatching thread, in order.
+//
+// Skipped and counted: an event with no live device or element, and one
+// whose code this build does not know carrying an element inject() cannot
+// check (a newer kernel's, recorded by a newer ibev). Exceptions thrown by
+// the Options' functions leave play() as they are, after the events before.
 //
 // Threads: play() blocks its caller until the last event is injected; with
 // a speed above 0 it must not be the dispatching thread (nothing would be
@@ -60,14 +67,15 @@ class Replay {
   using Target = std::variant<Element, ObjectNumber>;
 
   struct Options {
-    double speed = 1.0;  // 0: as fast as possible
+    double speed = 1.0;  // 0: as fast as possible; else from 1e-6 to 1e6
+    std::optional<RecordingClock::time_point> origin;  // what the start stands for
     std::function<ibv_context*(const std::string& device)> device;
     // Empty: the recorded number. nullopt: skipped.
     std::function<std::optional<Target>(const RecordedEvent& event)> object;
     std::function<void(const RecordedChange& change)> change;  // may be empty
   };
 
-  // Throws std::invalid_argument: no `device`, a speed below 0 or not a number.
+  // Throws std::invalid_argument: no `device`, a speed replay_delay refuses.
   Replay(Dispatcher& dispatcher, Options options);
 
   // Throws std::invalid_argument naming the event when what `object` gave
@@ -77,7 +85,7 @@ class Replay {
   void stop();
 
  private:
-  // False once stopped.
+  // False once stopped; at once, without waiting, for a time passed.
   bool wait_until(std::chrono::steady_clock::time_point when);
   std::optional<Target> target_of(const RecordedEvent& event) const;
 

@@ -16,7 +16,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,7 +46,8 @@ constexpr char kUsage[] =
     "  -s, --schedule     FILE is a fault schedule: print the events it injects\n"
     "  -r, --real         with --schedule: do each fault for real at its time, on\n"
     "                     this host's soft-RoCE devices (root; ip, rdma)\n"
-    "  -x, --speed=SPEED  divide the recorded gaps by SPEED (default 1; 0: no gaps)\n"
+    "  -x, --speed=SPEED  divide the recorded gaps by SPEED (default 1; 0: no gaps;\n"
+    "                     else from 1e-6 to 1e6)\n"
     "  -V, --version      print the version and exit\n"
     "  -h, --help         print this help and exit\n";
 
@@ -61,11 +61,16 @@ constexpr char kHelp[] =
     "port-up, gid-change (a port), qp-fatal (a QP number), remove, add (a\n"
     "netdev); docs/operations.md has the format.\n"
     "\n"
+    "Times are from the first line for a recording, from 0 for a schedule, as\n"
+    "ibev::Replay plays them.\n"
+    "\n"
     "Exit status:\n"
     "  0  done\n"
-    "  1  a usage error, or a file that is not a recording or a schedule (the\n"
-    "     message names the line)\n"
-    "  2  with --real: a command that failed (the message names it)\n";
+    "  1  a usage error, a file that cannot be read or is not a recording or a\n"
+    "     schedule (the message names the line); --real with a qp-fatal, or\n"
+    "     not as root\n"
+    "  2  with --real: a device that is not soft-RoCE, or a command that\n"
+    "     failed (the message names it)\n";
 
 [[noreturn]] void usage_error(const std::string& reason) {
   if (!reason.empty()) std::fprintf(stderr, "ibev-replay: %s\n", reason.c_str());
@@ -99,9 +104,11 @@ Options parse(int argc, char** argv) {
         char* end = nullptr;
         errno = 0;
         options.speed = std::strtod(optarg, &end);
-        if (*optarg == '\0' || *end != '\0' || errno != 0 || !(options.speed >= 0) ||
-            std::isinf(options.speed)) {
-          usage_error(std::string("--speed '") + optarg + "' is not a number from 0 up");
+        try {
+          if (*optarg == '\0' || *end != '\0' || errno != 0) throw std::invalid_argument("");
+          ibev::replay_delay({}, options.speed);  // the library's range
+        } catch (const std::invalid_argument&) {
+          usage_error(std::string("--speed '") + optarg + "' is not 0 nor from 1e-6 to 1e6");
         }
         break;
       }
@@ -142,37 +149,56 @@ std::string describe(const ibev::RecordedLine& line) {
   return event.device + " " + where + " " + ibev::enumerator_name(event.code);
 }
 
-// "+1.500000": seconds from `first`, divided by `speed` (0: none).
-std::string offset(ibev::RecordingClock::time_point time, ibev::RecordingClock::time_point first,
+// "+1.500000": when a replay at `speed` injects what was recorded at `time`.
+std::string offset(ibev::RecordingClock::time_point time, ibev::RecordingClock::time_point origin,
                    double speed) {
-  const double seconds =
-      speed > 0 ? std::chrono::duration<double>(time - first).count() / speed : 0.0;
   char text[32];
-  std::snprintf(text, sizeof text, "+%.6f", seconds);
+  std::snprintf(text, sizeof text, "+%.6f",
+                std::chrono::duration<double>(ibev::replay_delay(time - origin, speed)).count());
   return text;
 }
 
 // --- --real ---
 
-// Runs argv[0] from PATH; its exit status, or -1 when it could not start.
+// iproute2's tools where Debian puts them, not from the caller's PATH: this
+// runs as root.
+std::string tool(const std::string& name) {
+  for (const char* dir : {"/usr/sbin/", "/usr/bin/", "/sbin/", "/bin/"}) {
+    if (access((dir + name).c_str(), X_OK) == 0) return dir + name;
+  }
+  return name;  // posix_spawn then fails, and says so
+}
+
+// Runs argv (argv[0] a path); its exit status, or -1 when it did not run or
+// end normally.
 int run(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
-  if (posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  if (posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t waited;
+  while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
+  if (waited != pid) return -1;  // SIGCHLD ignored: no status to trust
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// The netdev under a soft-RoCE device's port, as rxe's GID table names it.
-std::optional<std::string> netdev_of(const std::string& device, std::uint32_t port) {
-  std::ifstream in("/sys/class/infiniband/" + device + "/ports/" + std::to_string(port) +
-                   "/gid_attrs/ndevs/0");
+// A name as the kernel gives devices and netdevs: no path in it.
+bool plain_name(const std::string& name) {
+  return !name.empty() && name.size() < 64 && name != "." && name != ".." &&
+         name.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+             "_.-") == std::string::npos;
+}
+
+// The netdev a soft-RoCE device runs over: rxe's own `parent` attribute,
+// which no hardware device has, so --real never touches a real NIC.
+std::optional<std::string> rxe_netdev(const std::string& device) {
+  std::ifstream in("/sys/class/infiniband/" + device + "/parent");
   std::string name;
-  if (!(in >> name)) return std::nullopt;
+  if (!(in >> name) || !plain_name(name)) return std::nullopt;
   return name;
 }
 
@@ -182,24 +208,35 @@ std::vector<std::string> command_for(const ibev::Fault& fault, std::string& why)
     case ibev::Fault::Kind::kPortDown:
     case ibev::Fault::Kind::kPortUp:
     case ibev::Fault::Kind::kGidChange: {
-      const auto netdev = netdev_of(fault.device, fault.number);
+      const auto netdev = rxe_netdev(fault.device);
       if (!netdev) {
-        why = "no netdev under " + fault.device + " port " + std::to_string(fault.number) +
-              " (not a soft-RoCE device here?)";
+        why = fault.device + " is not a soft-RoCE device here (no /sys/class/infiniband/" +
+              fault.device + "/parent)";
         return {};
       }
       if (fault.kind == ibev::Fault::Kind::kGidChange) {
-        // An address of its own per line: each adds a GID.
-        return {"ip",  "-6",    "addr", "add", "fd00:ffff::" + std::to_string(fault.line) + "/128",
-                "dev", *netdev, "nodad"};
+        // fd00:ffff::LINE, an address (so a GID) per line; replace: a second
+        // run of the schedule does the same.
+        return {tool("ip"),
+                "-6",
+                "addr",
+                "replace",
+                "fd00:ffff::" + std::to_string(fault.line) + "/128",
+                "dev",
+                *netdev,
+                "nodad"};
       }
-      return {"ip", "link", "set", *netdev,
+      return {tool("ip"), "link", "set", *netdev,
               fault.kind == ibev::Fault::Kind::kPortDown ? "down" : "up"};
     }
     case ibev::Fault::Kind::kRemove:
-      return {"rdma", "link", "delete", fault.device};
+      if (!rxe_netdev(fault.device)) {
+        why = fault.device + " is not a soft-RoCE device here";
+        return {};
+      }
+      return {tool("rdma"), "link", "delete", fault.device};
     case ibev::Fault::Kind::kAdd:
-      return {"rdma", "link", "add", fault.device, "type", "rxe", "netdev", fault.netdev};
+      return {tool("rdma"), "link", "add", fault.device, "type", "rxe", "netdev", fault.netdev};
     case ibev::Fault::Kind::kQpFatal:
       why = "qp-fatal has no real action (inject it: ibev::Replay)";
       return {};
@@ -208,26 +245,28 @@ std::vector<std::string> command_for(const ibev::Fault& fault, std::string& why)
 }
 
 int do_for_real(const std::vector<ibev::Fault>& faults, const std::string& name, double speed) {
+  // Everything the file says is checked before anything is done.
+  for (const auto& fault : faults) {
+    if (fault.kind == ibev::Fault::Kind::kQpFatal) {
+      std::fprintf(stderr, "ibev-replay: %s:%d: qp-fatal has no real action (inject it: %s)\n",
+                   name.c_str(), fault.line, "ibev::Replay");
+      return kUsageError;
+    }
+    for (const std::string* word : {&fault.device, &fault.netdev}) {
+      if (!word->empty() && !plain_name(*word)) {
+        std::fprintf(stderr, "ibev-replay: %s:%d: '%s' is not a device or netdev name\n",
+                     name.c_str(), fault.line, word->c_str());
+        return kUsageError;
+      }
+    }
+  }
   if (geteuid() != 0) {
     std::fprintf(stderr, "ibev-replay: --real needs root (it runs ip and rdma)\n");
     return kUsageError;
   }
-  for (const auto& fault : faults) {
-    if (fault.kind == ibev::Fault::Kind::kQpFatal) {
-      std::fprintf(stderr,
-                   "ibev-replay: %s:%d: qp-fatal has no real action (inject it: "
-                   "ibev::Replay)\n",
-                   name.c_str(), fault.line);
-      return kUsageError;
-    }
-  }
   const auto started = std::chrono::steady_clock::now();
   for (const auto& fault : faults) {
-    if (speed > 0) {
-      std::this_thread::sleep_until(
-          started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double, std::micro>(fault.at.count() / speed)));
-    }
+    std::this_thread::sleep_until(started + ibev::replay_delay(fault.at, speed));
     std::string why;
     const std::vector<std::string> command = command_for(fault, why);
     std::string text;
@@ -242,9 +281,9 @@ int do_for_real(const std::vector<ibev::Fault>& faults, const std::string& name,
                    text.c_str(), status < 0 ? "did not run:" : "exited", status);
       return kActionFailed;
     }
-    std::printf("+%.6f %s %s: %s\n", std::chrono::duration<double>(fault.at).count(),
-                fault.device.c_str(), std::string(ibev::to_string(fault.kind)).c_str(),
-                text.c_str());
+    std::printf(
+        "%s %s %s: %s\n", offset(ibev::RecordingClock::time_point(fault.at), {}, speed).c_str(),
+        fault.device.c_str(), std::string(ibev::to_string(fault.kind)).c_str(), text.c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -264,10 +303,11 @@ int main(int argc, char** argv) {
     }
   }
   std::istream& in = options.file == "-" ? std::cin : file;
+  const std::string name = options.file == "-" ? "stdin" : options.file;
   try {
     if (options.schedule) {
-      const std::vector<ibev::Fault> faults = ibev::read_fault_schedule(in, options.file);
-      if (options.real) return do_for_real(faults, options.file, options.speed);
+      const std::vector<ibev::Fault> faults = ibev::read_fault_schedule(in, name);
+      if (options.real) return do_for_real(faults, name, options.speed);
       const auto start = ibev::RecordingClock::time_point{};
       for (const auto& line : ibev::to_recording(faults, start)) {
         const auto time = std::visit([](const auto& l) { return l.time; }, line);
@@ -275,7 +315,7 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    const std::vector<ibev::RecordedLine> lines = ibev::read_recording(in, options.file);
+    const std::vector<ibev::RecordedLine> lines = ibev::read_recording(in, name);
     std::optional<ibev::RecordingClock::time_point> first;
     for (const auto& line : lines) {
       const auto time = std::visit([](const auto& l) { return l.time; }, line);

@@ -1,20 +1,10 @@
 #include "apps/ibev_watch/format.h"
 
-#include <cstdio>
 #include <sstream>
 
 #include <ibev/core/recording.h>
 
 namespace ibev::watch {
-namespace {
-
-std::string address(const void* object) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", object);
-  return text;
-}
-
-}  // namespace
 
 std::string format_human(const Event& event, std::string_view device, Clock::time_point time) {
   std::ostringstream out;
@@ -22,7 +12,7 @@ std::string format_human(const Event& event, std::string_view device, Clock::tim
   if (const auto port = event.port()) {
     out << "port " << *port;
   } else if (const void* object = event.object()) {
-    out << to_string(event.element_kind()) << ' ' << address(object);
+    out << to_string(event.element_kind()) << ' ' << object_address(object);
   } else if (const auto number = event.object_number()) {
     out << to_string(event.element_kind()) << " #" << number->number;
   } else {

@@ -81,6 +81,9 @@ const Bad kBad[] = {
     {"1s remove rxe0 1\n", "remove takes DEVICE only"},
     {"1s qp-fatal rxe0 0x1000000\n", "the QP number '0x1000000' is not a number"},
     {"1s add rxe0\n", "add takes DEVICE and a netdev"},
+    {"1s port-down rxe0 +1\n", "the port '+1' is not a number"},
+    {"1e3s port-down rxe0 1\n", "the time '1e3s' is not"},
+    {"40000000s port-down rxe0 1\n", "up to a year"},
 };
 
 BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::data::make(kBad), b) {

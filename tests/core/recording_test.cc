@@ -104,8 +104,23 @@ std::ostream& operator<<(std::ostream& out, const Bad& b) { return out << b.line
 const Bad kBad[] = {
     {R"(not json)", "rec.jsonl:2: not a JSON object"},
     {R"({"recording":"ibev","version":2,"time":"x"})", "rec.jsonl:2: a recording of version 2"},
-    {R"({"time":"2026-11-21T12:00:00Z","device":"rxe0","code":10,"scope":"port","port":1})",
+    {R"({"time":"2026-11-21T12:00:00.Z","device":"rxe0","code":10,"scope":"port","port":1})",
      "rec.jsonl:2: \"time\" is not ISO 8601"},
+    {R"({"time":"2026-13-21T12:00:00.1Z","device":"rxe0","code":10,"scope":"port","port":1})",
+     "rec.jsonl:2: \"time\" is not ISO 8601"},
+    {R"({"time":"2026-11-21T25:00:00.1Z","device":"rxe0","code":10,"scope":"port","port":1})",
+     "rec.jsonl:2: \"time\" is not ISO 8601"},
+    {R"({"time":"2026-11-21T12:00:00.-5Z","device":"rxe0","code":10,"scope":"port","port":1})",
+     "rec.jsonl:2: \"time\" is not ISO 8601"},
+    {R"({"time":"2026-11-21T12:00:00.1234567891Z","device":"d","code":10,"scope":"port","port":1})",
+     "rec.jsonl:2: \"time\" is not ISO 8601"},
+    {R"({"time":"2026-11-21T12:00:00.1Z","device":{"name":"rxe0"},"code":8,"scope":"device"})",
+     "rec.jsonl:2: \"device\" is an object or an array"},
+    {R"({"time":"2026-11-21T12:00:00.1Z","device":"d","code":"+8","scope":"device"})",
+     "rec.jsonl:2: \"code\" is not a number"},
+    {R"({"recording":"ibev","version":1,"time":"2026-11-21T12:00:00.1Z"})",
+     "rec.jsonl:2: a header after the first line"},
+    {R"({"recording":"other","version":1})", "rec.jsonl:2: a header of another format"},
     {R"({"time":"2026-11-21T12:00:00.000001Z","code":10,"scope":"port","port":1})",
      "rec.jsonl:2: no \"device\""},
     {R"({"time":"2026-11-21T12:00:00.000001Z","device":"d","code":10,"scope":"port"})",
@@ -133,6 +148,27 @@ BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::dat
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()).find(b.why) == 0u, e.what());
   }
+}
+
+// Fractions of 1 to 9 digits are fractions: ".5" is half a second.
+BOOST_AUTO_TEST_CASE(a_short_fraction_is_a_fraction) {
+  const auto lines =
+      read(R"({"time":"2026-11-21T12:00:00.5Z","device":"d","code":8,"scope":"device"})"
+           "\n"
+           R"({"time":"2026-11-21T12:00:00.000000001Z","device":"d","code":8,"scope":"device"})");
+  const auto time = [&](int i) { return std::get<RecordedEvent>(lines[i]).time; };
+  const auto second = ibev::RecordingClock::time_point(std::chrono::seconds(1795262400));
+  BOOST_TEST((time(0) == second + std::chrono::milliseconds(500)));
+  BOOST_TEST((time(1) == second + std::chrono::nanoseconds(1)));
+}
+
+// A later version adds keys, to events and changes too: read as before.
+BOOST_AUTO_TEST_CASE(unknown_keys_are_ignored) {
+  const auto lines =
+      read(R"({"time":"2026-11-21T12:00:00.5Z","device":"d","code":10,"scope":"port","port":1,)"
+           R"("count":7,"recording":"x","future":{"a":[1,2]}})");
+  BOOST_REQUIRE_EQUAL(lines.size(), 1u);
+  BOOST_TEST(std::get<RecordedEvent>(lines[0]).code == IBV_EVENT_PORT_ERR);
 }
 
 BOOST_AUTO_TEST_CASE(a_recording_without_header_is_version_1) {

@@ -146,17 +146,33 @@ BOOST_AUTO_TEST_CASE(what_has_no_live_target_is_skipped_and_changes_are_told) {
   BOOST_TEST(heard()[1].code == IBV_EVENT_QP_FATAL);
 }
 
-// Gaps are the recording's divided by speed: never shorter.
+// Gaps are the recording's divided by speed: never shorter, and a recorded
+// minute at speed 1000 far from a minute (60 ms; 10 s allows a slow host).
 BOOST_AUTO_TEST_CASE(gaps_are_scaled_by_speed) {
   const auto lines = recording({
       line(Event::synthesize(&recorded_device, IBV_EVENT_PORT_ERR, ibev::Port{1}), 0us),
-      line(Event::synthesize(&recorded_device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1}), 400ms),
+      line(Event::synthesize(&recorded_device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1}), 60s),
   });
   Replay::Options o = options();
-  o.speed = 2;
+  o.speed = 1000;
   const auto started = std::chrono::steady_clock::now();
   Replay(dispatcher, o).play(lines);
-  BOOST_TEST((std::chrono::steady_clock::now() - started >= 200ms));
+  const auto took = std::chrono::steady_clock::now() - started;
+  BOOST_TEST((took >= 60ms));
+  BOOST_TEST((took < 10s));
+}
+
+// The origin is what the replay's start stands for: a schedule's 0, not its
+// first fault (which comes 50 ms in).
+BOOST_AUTO_TEST_CASE(the_origin_shifts_the_first_wait) {
+  const auto lines = recording(
+      {line(Event::synthesize(&recorded_device, IBV_EVENT_PORT_ERR, ibev::Port{1}), 50ms)});
+  Replay::Options o = options();
+  o.speed = 1;
+  o.origin = at(0us);
+  const auto started = std::chrono::steady_clock::now();
+  Replay(dispatcher, o).play(lines);
+  BOOST_TEST((std::chrono::steady_clock::now() - started >= 50ms));
 }
 
 // A recorded hour at speed 0 is no wait; at speed 1, stop() ends it at once.
@@ -185,11 +201,11 @@ BOOST_AUTO_TEST_CASE(bad_options_and_a_wrong_target_are_refused) {
   o.device = nullptr;
   ibev::testing::expect_throw<std::invalid_argument>([&] { Replay(dispatcher, o); },
                                                      "no Options::device");
-  for (const double speed : {-1.0, std::nan(""), HUGE_VAL}) {
+  for (const double speed : {-1.0, std::nan(""), HUGE_VAL, 1e-300, 1e7}) {
     o = options();
     o.speed = speed;
     ibev::testing::expect_throw<std::invalid_argument>([&] { Replay(dispatcher, o); },
-                                                       "is not 0 (as fast as possible) or above");
+                                                       "is not 0 (no waits) nor from 1e-6 to 1e6");
   }
   o = options();
   ibv_cq cq{};

@@ -3,9 +3,9 @@
 # a schedule (scaled by --speed), its refusals with their line and exit
 # statuses, and its man page naming every option.
 #
-#   cli_test.sh IBEV_REPLAY MAN_PAGE RECORDING
+#   cli_test.sh IBEV_REPLAY MAN_PAGE RECORDING VERSION_SH VERSION_H
 set -uo pipefail
-replay=$1 man=$2 recording=$3
+replay=$1 man=$2 recording=$3 version_sh=$4 version_h=$5
 passed=0 failed=0
 expect() {  # expect NAME CONDITION...
   local name=$1
@@ -17,7 +17,12 @@ trap 'rm -rf "$dir"' EXIT
 out=$dir/out err=$dir/err
 run() { "$replay" "$@" >"$out" 2>"$err"; echo $?; }
 
+version=$(bash "$version_sh" "$version_h")
 expect "-V exits 0" test "$(run -V)" = 0
+expect "-V prints the version of version.h" grep -qx "ibev-replay (ibev) $version" "$out"
+expect "the man page is of version $version" grep -q "^\.TH IBEV-REPLAY 1 .* \"ibev $version\"" "$man"
+expect "the man page has no warnings" \
+  test -z "$(man --warnings -E UTF-8 -l -Tutf8 -Z "$man" 2>&1 >/dev/null)"
 expect "-h prints the usage" test "$(run -h)" = 0
 expect "... with the exit statuses" grep -q '^Exit status' "$out"
 
@@ -48,9 +53,17 @@ EXPECTED
 expect "--real refuses qp-fatal before doing anything (exit 1)" \
   test "$(run --schedule --real "$dir/faults")" = 1
 expect "... naming its line" grep -q 'faults:4: qp-fatal has no real action' "$err"
+printf '0s port-down ../../x 1\n' >"$dir/path"
+expect "--real refuses a name that is a path (exit 1)" test "$(run -s -r "$dir/path")" = 1
+expect "... naming it" grep -q "path:1: '../../x' is not a device or netdev name" "$err"
 printf '0s port-down nosuch0 1\n' >"$dir/nodev"
-expect "--real on a device with no netdev exits 2" test "$(run -s -r "$dir/nodev")" = 2
-expect "... saying so" grep -q 'nodev:1: no netdev under nosuch0 port 1' "$err"
+if [[ $(id -u) -eq 0 ]]; then
+  expect "--real on a device that is not soft-RoCE exits 2" test "$(run -s -r "$dir/nodev")" = 2
+  expect "... saying so" grep -q 'nodev:1: nosuch0 is not a soft-RoCE device here' "$err"
+else
+  expect "--real as a user exits 1" test "$(run -s -r "$dir/nodev")" = 1
+  expect "... saying it needs root" grep -q -- '--real needs root' "$err"
+fi
 
 printf '{"recording":"ibev","version":1,"time":"x"}\nnot json\n' >"$dir/bad"
 expect "a malformed recording exits 1" test "$(run "$dir/bad")" = 1
@@ -61,7 +74,8 @@ expect "... naming its line" grep -q "badfaults:1: unknown fault 'explode'" "$er
 expect "a missing file exits 1" test "$(run "$dir/none")" = 1
 expect "... saying why" grep -q 'cannot open .*/none: No such file or directory' "$err"
 
-for bad in "" "a b" "--real $recording" "-x -1 $recording" "-x fast $recording" --bogus; do
+for bad in "" "a b" "--real $recording" "-x -1 $recording" "-x fast $recording" \
+    "-x 1e-300 $recording" --bogus; do
   # shellcheck disable=SC2086
   expect "'$bad' is a usage error (exit 1)" test "$(run $bad)" = 1
   expect "'$bad' prints the usage" grep -q '^usage: ibev-replay' "$err"

@@ -179,16 +179,7 @@ BOOST_AUTO_TEST_CASE(a_delete_and_a_re_add_while_it_runs) {
 
   run_command("rdma link add " + device + " type rxe netdev " + test_netdev());
   const std::string added = R"("device":")" + device + R"(","change":"added")";
-  const auto added_twice = [&] {
-    const std::string text = ibev_watch.text();
-    const auto first = text.find(added);
-    return first != std::string::npos && text.find(added, first + 1) != std::string::npos;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!added_twice() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  BOOST_REQUIRE_MESSAGE(added_twice(), ibev_watch.text());
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_count(added, 2, 20s) == 2, ibev_watch.text());
   run_command("ip link set " + test_netdev() + " down");
   run_command("ip link set " + test_netdev() + " up");
   BOOST_TEST(ibev_watch.wait_for_text("IBV_EVENT_PORT_ACTIVE", 20s), ibev_watch.text());
@@ -224,12 +215,6 @@ std::string scrape() {
   std::string output;
   run_capturing("curl -sS --max-time 10 http://127.0.0.1:9391/metrics", output);
   return output;
-}
-
-long count_of(const std::string& text, const std::string& needle) {
-  long n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace
@@ -293,11 +278,7 @@ BOOST_AUTO_TEST_CASE(prometheus_stores_what_it_printed) {
   BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text(removed, 20s), ibev_watch.text());
   run_command("rdma link add " + device + " type rxe netdev " + netdev);
   const std::string added = R"("device":")" + device + R"(","change":"added")";
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (count_of(ibev_watch.text(), added) < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  BOOST_REQUIRE_MESSAGE(count_of(ibev_watch.text(), added) == 2, ibev_watch.text());
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_count(added, 2, 20s) == 2, ibev_watch.text());
 
   // What Prometheus stores once it scraped after the last change.
   const std::string flaps =
@@ -427,11 +408,7 @@ BOOST_AUTO_TEST_CASE(a_device_not_named_is_not_removed_either) {
   run_command("rdma link delete other0");
   run_command("rdma link add " + device + " type rxe netdev " + netdev);
   const std::string added = R"("device":")" + device + R"(","change":"added")";
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (count_of(ibev_watch.text(), added) < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  BOOST_REQUIRE_MESSAGE(count_of(ibev_watch.text(), added) == 2, ibev_watch.text());
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_count(added, 2, 20s) == 2, ibev_watch.text());
   std::string metrics;
   run_capturing("curl -sS --max-time 10 http://127.0.0.1:9393/metrics", metrics);
   const int status = ibev_watch.stop();

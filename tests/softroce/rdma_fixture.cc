@@ -181,12 +181,23 @@ std::string Spawned::text() const {
 
 bool Spawned::wait_for_text(const std::string& needle,
                             std::chrono::milliseconds limit) const {
+  return wait_for_count(needle, 1, limit) >= 1;
+}
+
+long Spawned::wait_for_count(const std::string& needle, long count,
+                             std::chrono::milliseconds limit) const {
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (text().find(needle) == std::string::npos) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+  while (true) {
+    const long seen = count_of(text(), needle);
+    if (seen >= count || std::chrono::steady_clock::now() >= deadline) return seen;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return true;
+}
+
+long count_of(const std::string& text, const std::string& needle) {
+  long n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
 }
 
 std::vector<ibv_wc> poll_completions(ibv_cq* cq, std::size_t count,

@@ -91,6 +91,9 @@ std::vector<Seen> read_events(ibv_context* context,
 
 // A shell command running in the background, its stdout and stderr going to
 // `output`. Stopped with SIGTERM (and reaped) by stop() or the destructor.
+// How many times `needle` occurs in `text` (overlapping ones too).
+long count_of(const std::string& text, const std::string& needle);
+
 class Spawned {
  public:
   Spawned(const std::string& command, std::string output);
@@ -103,6 +106,9 @@ class Spawned {
   std::string text() const;
   // Waits until the output contains `needle`; false after `limit`.
   bool wait_for_text(const std::string& needle, std::chrono::milliseconds limit) const;
+  // Waits until the output contains `needle` `count` times, or `limit`
+  // passed; returns how many times it does.
+  long wait_for_count(const std::string& needle, long count, std::chrono::milliseconds limit) const;
 
  private:
   std::string output_;

@@ -43,6 +43,8 @@ for bad in --bogus --device= -d extra "--json --nope" "--json --journal" \
 done
 
 expect "the man page is of version $version" grep -q "^\.TH IBEV-WATCH 1 .* \"ibev $version\"" "$man"
+expect "the man page has no warnings" \
+  test -z "$(man --warnings -E UTF-8 -l -Tutf8 -Z "$man" 2>&1 >/dev/null)"
 
 # Every short option has its long form, and both are in the man page.
 for pair in d:device j:json c:count V:version h:help; do

@@ -8,6 +8,9 @@
 #include <sstream>
 #include <stdexcept>
 
+// Boost 1.74's JSON parser includes <boost/bind.hpp>, which warns (a #pragma
+// message in every build) unless told the old global placeholders are wanted.
+#define BOOST_BIND_GLOBAL_PLACEHOLDERS
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 

@@ -151,7 +151,8 @@ class LineReader {
       fail("\"time\" is not ISO 8601 UTC (2026-11-21T12:00:00.123456Z): '" + value + "'");
     };
     std::tm utc{};
-    utc.tm_year = digits(0, 4, 1970, 9999);
+    // Up to 2261: the clock's int64 nanoseconds end in 2262.
+    utc.tm_year = digits(0, 4, 1970, 2261);
     utc.tm_mon = digits(5, 2, 1, 12);
     utc.tm_mday = digits(8, 2, 1, 31);
     utc.tm_hour = digits(11, 2, 0, 23);
@@ -162,6 +163,9 @@ class LineReader {
         utc.tm_mday < 0 || utc.tm_hour < 0 || utc.tm_min < 0 || utc.tm_sec < 0) {
       bad();
     }
+    const bool leap = utc.tm_year % 4 == 0 && (utc.tm_year % 100 != 0 || utc.tm_year % 400 == 0);
+    const int days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (utc.tm_mday > days[utc.tm_mon - 1]) bad();
     std::chrono::nanoseconds fraction{0};
     std::size_t at = 19;
     if (value[at] == '.') {
@@ -303,10 +307,11 @@ std::chrono::nanoseconds replay_delay(RecordingClock::duration gap, double speed
                                 " is not 0 (no waits) nor from 1e-6 to 1e6");
   }
   if (speed == 0 || gap <= RecordingClock::duration::zero()) return std::chrono::nanoseconds(0);
-  // A gap of centuries at 1e-6 still fits: int64 nanoseconds hold 292 years.
+  // At most a century, so that now() plus it cannot overflow a clock
+  // (int64 nanoseconds hold 292 years).
+  constexpr double kCentury = 100 * 365.25 * 86400 * 1e9;
   const double nanos = std::chrono::duration<double, std::nano>(gap).count() / speed;
-  return nanos >= 9e18 ? std::chrono::nanoseconds::max()
-                       : std::chrono::nanoseconds(static_cast<std::int64_t>(nanos));
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(nanos < kCentury ? nanos : kCentury));
 }
 
 }  // namespace ibev

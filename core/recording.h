@@ -92,9 +92,9 @@ std::optional<std::uint64_t> parse_whole_number(std::string_view text,
                                                 std::uint64_t high = UINT64_MAX);
 
 // The wall-clock wait a replay at `speed` gives a recorded `gap` (gap/speed;
-// none at speed 0 or for a gap below 0). Throws std::invalid_argument for a
-// speed that is not 0 and not from 1e-6 to 1e6 (a speed that small would
-// overflow the wait).
+// none at speed 0 or for a gap below 0; at most a century, so that a clock's
+// now() plus it never overflows). Throws std::invalid_argument for a speed
+// that is not 0 and not from 1e-6 to 1e6.
 std::chrono::nanoseconds replay_delay(RecordingClock::duration gap, double speed);
 
 }  // namespace ibev

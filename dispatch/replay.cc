@@ -50,12 +50,7 @@ ReplayStats Replay::play(const std::vector<RecordedLine>& lines) {
   for (const RecordedLine& line : lines) {
     const auto& time = std::visit([](const auto& l) { return l.time; }, line);
     if (!origin) origin = time;
-    const std::chrono::nanoseconds delay = replay_delay(time - *origin, options_.speed);
-    // Saturated: a delay past the clock's end waits for stop().
-    const auto at = delay > std::chrono::steady_clock::time_point::max() - started
-                        ? std::chrono::steady_clock::time_point::max()
-                        : started + delay;
-    if (!wait_until(at)) {
+    if (!wait_until(started + replay_delay(time - *origin, options_.speed))) {
       stats.stopped = true;
       return stats;
     }

@@ -7,8 +7,11 @@ packages=(
   # build and test
   bazel-bootstrap g++ libibverbs-dev librdmacm-dev ibverbs-providers libboost-dev
   libboost-test-dev
-  # ibev-watch --journal (sd_journal_send)
-  libsystemd-dev
+  # ibev-watch --journal (sd_journal_send); its unit checked with
+  # systemd-analyze, the journal test run against systemd-journald
+  libsystemd-dev systemd
+  # scraping ibev-watch in the soft-RoCE tests and the fleet soak
+  curl
   # ibev-watch's metrics checked by promtool, scraped by a real Prometheus
   # server in the soft-RoCE VM (//tests/softroce:ibev_watch_test)
   prometheus

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -160,13 +161,13 @@ std::string offset(ibev::RecordingClock::time_point time, ibev::RecordingClock::
 
 // --- --real ---
 
-// iproute2's tools where Debian puts them, not from the caller's PATH: this
-// runs as root.
+// iproute2's tools where Debian puts them, never from the caller's PATH or
+// folder: this runs as root. Empty when none is there.
 std::string tool(const std::string& name) {
   for (const char* dir : {"/usr/sbin/", "/usr/bin/", "/sbin/", "/bin/"}) {
     if (access((dir + name).c_str(), X_OK) == 0) return dir + name;
   }
-  return name;  // posix_spawn then fails, and says so
+  return {};
 }
 
 // Runs argv (argv[0] a path); its exit status, or -1 when it did not run or
@@ -193,55 +194,105 @@ bool plain_name(const std::string& name) {
              "_.-") == std::string::npos;
 }
 
-// The netdev a soft-RoCE device runs over: rxe's own `parent` attribute,
-// which no hardware device has, so --real never touches a real NIC.
-std::optional<std::string> rxe_netdev(const std::string& device) {
+// A netdev --real may take down: one with no hardware under it (a dummy, a
+// veth, a bridge), so that a soft-RoCE device over a host's real NIC is
+// refused rather than cutting the host off.
+bool virtual_netdev(const std::string& netdev) {
+  return plain_name(netdev) && access(("/sys/class/net/" + netdev).c_str(), F_OK) == 0 &&
+         access(("/sys/class/net/" + netdev + "/device").c_str(), F_OK) != 0;
+}
+
+// The netdev a soft-RoCE device runs over (rxe's own `parent` attribute,
+// which no hardware RDMA device has), if it is a virtual one.
+std::optional<std::string> rxe_netdev(const std::string& device, std::string& why) {
   std::ifstream in("/sys/class/infiniband/" + device + "/parent");
   std::string name;
-  if (!(in >> name) || !plain_name(name)) return std::nullopt;
+  if (!(in >> name)) {
+    why =
+        device + " is not a soft-RoCE device here (no /sys/class/infiniband/" + device + "/parent)";
+    return std::nullopt;
+  }
+  if (!virtual_netdev(name)) {
+    why = device + " runs over " + name + ", which is hardware (or gone): not touched";
+    return std::nullopt;
+  }
   return name;
 }
 
-// The commands that do `fault`, or a reason they cannot.
-std::vector<std::string> command_for(const ibev::Fault& fault, std::string& why) {
+// The commands that do `fault`, in order, or a reason they cannot. A command
+// whose first word is "-" may fail (a gid-change's removal of an address
+// not there yet).
+std::vector<std::vector<std::string>> commands_for(const ibev::Fault& fault, std::string& why) {
+  const std::string ip = tool("ip");
+  const std::string rdma = tool("rdma");
+  if (ip.empty() || rdma.empty()) {
+    why = "no ip or rdma in /usr/sbin, /usr/bin, /sbin or /bin (package iproute2)";
+    return {};
+  }
   switch (fault.kind) {
     case ibev::Fault::Kind::kPortDown:
     case ibev::Fault::Kind::kPortUp:
     case ibev::Fault::Kind::kGidChange: {
-      const auto netdev = rxe_netdev(fault.device);
-      if (!netdev) {
-        why = fault.device + " is not a soft-RoCE device here (no /sys/class/infiniband/" +
-              fault.device + "/parent)";
-        return {};
-      }
+      const auto netdev = rxe_netdev(fault.device, why);
+      if (!netdev) return {};
       if (fault.kind == ibev::Fault::Kind::kGidChange) {
-        // fd00:ffff::LINE, an address (so a GID) per line; replace: a second
-        // run of the schedule does the same.
-        return {tool("ip"),
-                "-6",
-                "addr",
-                "replace",
-                "fd00:ffff::" + std::to_string(fault.line) + "/128",
-                "dev",
-                *netdev,
-                "nodad"};
+        // fd00:ffff::LINE, an address (so a GID) per line, removed first so
+        // that a second run of the schedule adds it, and changes the GIDs, again.
+        const std::string address = "fd00:ffff::" + std::to_string(fault.line) + "/128";
+        return {{"-", ip, "-6", "addr", "del", address, "dev", *netdev},
+                {ip, "-6", "addr", "add", address, "dev", *netdev, "nodad"}};
       }
-      return {tool("ip"), "link", "set", *netdev,
-              fault.kind == ibev::Fault::Kind::kPortDown ? "down" : "up"};
+      return {
+          {ip, "link", "set", *netdev, fault.kind == ibev::Fault::Kind::kPortDown ? "down" : "up"}};
     }
     case ibev::Fault::Kind::kRemove:
-      if (!rxe_netdev(fault.device)) {
-        why = fault.device + " is not a soft-RoCE device here";
+      if (!rxe_netdev(fault.device, why)) return {};
+      return {{rdma, "link", "delete", fault.device}};
+    case ibev::Fault::Kind::kAdd:
+      if (!virtual_netdev(fault.netdev)) {
+        why = fault.netdev + " is hardware, or not there: not touched";
         return {};
       }
-      return {tool("rdma"), "link", "delete", fault.device};
-    case ibev::Fault::Kind::kAdd:
-      return {tool("rdma"), "link", "add", fault.device, "type", "rxe", "netdev", fault.netdev};
+      return {{rdma, "link", "add", fault.device, "type", "rxe", "netdev", fault.netdev}};
     case ibev::Fault::Kind::kQpFatal:
       why = "qp-fatal has no real action (inject it: ibev::Replay)";
       return {};
   }
   return {};
+}
+
+// Whether each fault's device is there to act on when its turn comes, as far
+// as the schedule itself says (a device removed is gone; one added is
+// there), checked against this host for a device's first fault.
+bool check_devices(const std::vector<ibev::Fault>& faults, const std::string& name) {
+  std::map<std::string, bool> present;  // after the faults so far
+  for (const auto& fault : faults) {
+    std::string why;
+    auto known = present.find(fault.device);
+    if (known == present.end()) {
+      const bool here = fault.kind == ibev::Fault::Kind::kAdd
+                            ? access(("/sys/class/infiniband/" + fault.device).c_str(), F_OK) == 0
+                            : rxe_netdev(fault.device, why).has_value();
+      if (fault.kind != ibev::Fault::Kind::kAdd && !here) {
+        std::fprintf(stderr, "ibev-replay: %s:%d: %s\n", name.c_str(), fault.line, why.c_str());
+        return false;
+      }
+      known = present.emplace(fault.device, here).first;
+    }
+    const bool add = fault.kind == ibev::Fault::Kind::kAdd;
+    if (known->second == add) {
+      std::fprintf(stderr, "ibev-replay: %s:%d: %s is %s then\n", name.c_str(), fault.line,
+                   fault.device.c_str(), add ? "there already" : "not there");
+      return false;
+    }
+    if (add && !virtual_netdev(fault.netdev)) {
+      std::fprintf(stderr, "ibev-replay: %s:%d: %s is hardware, or not there: not touched\n",
+                   name.c_str(), fault.line, fault.netdev.c_str());
+      return false;
+    }
+    if (add || fault.kind == ibev::Fault::Kind::kRemove) known->second = add;
+  }
+  return true;
 }
 
 int do_for_real(const std::vector<ibev::Fault>& faults, const std::string& name, double speed) {
@@ -264,22 +315,29 @@ int do_for_real(const std::vector<ibev::Fault>& faults, const std::string& name,
     std::fprintf(stderr, "ibev-replay: --real needs root (it runs ip and rdma)\n");
     return kUsageError;
   }
+  if (!check_devices(faults, name)) return kActionFailed;
   const auto started = std::chrono::steady_clock::now();
   for (const auto& fault : faults) {
     std::this_thread::sleep_until(started + ibev::replay_delay(fault.at, speed));
     std::string why;
-    const std::vector<std::string> command = command_for(fault, why);
-    std::string text;
-    for (const auto& word : command) text += (text.empty() ? "" : " ") + word;
-    if (command.empty()) {
+    const auto commands = commands_for(fault, why);
+    if (commands.empty()) {
       std::fprintf(stderr, "ibev-replay: %s:%d: %s\n", name.c_str(), fault.line, why.c_str());
       return kActionFailed;
     }
-    const int status = run(command);
-    if (status != 0) {
-      std::fprintf(stderr, "ibev-replay: %s:%d: '%s' %s %d\n", name.c_str(), fault.line,
-                   text.c_str(), status < 0 ? "did not run:" : "exited", status);
-      return kActionFailed;
+    std::string text;
+    for (auto command : commands) {
+      const bool may_fail = command.front() == "-";
+      if (may_fail) command.erase(command.begin());
+      std::string line;
+      for (const auto& word : command) line += (line.empty() ? "" : " ") + word;
+      const int status = run(command);
+      if (status != 0 && !may_fail) {
+        std::fprintf(stderr, "ibev-replay: %s:%d: '%s' %s %d\n", name.c_str(), fault.line,
+                     line.c_str(), status < 0 ? "did not run:" : "exited", status);
+        return kActionFailed;
+      }
+      text = line;  // the command that does it, last
     }
     std::printf(
         "%s %s %s: %s\n", offset(ibev::RecordingClock::time_point(fault.at), {}, speed).c_str(),

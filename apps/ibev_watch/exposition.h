@@ -35,7 +35,7 @@ using ExpositionFailed = std::function<void(const std::string& what)>;
 // closed at once), so idle clients cannot use up the process's fds, which a
 // re-added device needs; an accept that fails waits a second before the next.
 // A client that errs or goes away is its own business: `failed` hears only
-// what fails here (rendering).
+// what fails here (rendering, accepting).
 class MetricsServer {
  public:
   static constexpr int kMaxClients = 64;

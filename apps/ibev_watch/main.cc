@@ -142,7 +142,9 @@ int main(int argc, char** argv) {
   }
 
   // Metrics, from the first device added on.
-  const ibev::watch::Render render = [&] { return metrics.render(dispatcher, clients->devices()); };
+  const ibev::watch::Render render = [&] {
+    return metrics.render(dispatcher, watch.watched(clients->devices()));
+  };
   const ibev::watch::ExpositionFailed failed = [&metrics](const std::string& what) {
     metrics.scrape_error();
     std::fprintf(stderr, "ibev-watch: metrics: %s\n", what.c_str());

@@ -63,7 +63,7 @@ std::string WatchMetrics::render(const Dispatcher& dispatcher,
   text.family("ibev_watch_build_info", MetricsText::kGauge, "ibev-watch's version, as a label");
   text.sample({{"version", IBEV_VERSION_STRING}}, std::uint64_t{1});
   text.family("ibev_watch_scrape_errors_total", MetricsText::kCounter,
-              "Scrapes and textfile writes that failed");
+              "Renders, accepts and textfile writes that failed");
   text.sample({}, scrape_errors_.load(std::memory_order_relaxed));
   text.family("ibev_watch_devices", MetricsText::kGauge, "RDMA devices watched now");
   text.sample({}, state.present);

@@ -106,6 +106,16 @@ bool Watch::wait_added(const std::vector<std::string>& names, std::chrono::milli
   });
 }
 
+std::vector<std::shared_ptr<Device>> Watch::watched(
+    const std::vector<std::shared_ptr<Device>>& open) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<Device>> ours;
+  for (const auto& device : open) {
+    if (listeners_.count(device.get()) != 0) ours.push_back(device);
+  }
+  return ours;
+}
+
 Counts Watch::counts(const std::vector<std::shared_ptr<Device>>& open) {
   std::lock_guard<std::mutex> lock(mutex_);
   Counts all = removed_counts_;
@@ -119,15 +129,18 @@ bool Watch::wanted(const std::string& name) const {
   return only_.empty() || std::find(only_.begin(), only_.end(), name) != only_.end();
 }
 
+// Subscribed first: if that throws, nothing was said or counted (and no
+// remove will come). No event is delivered before add() returns: both run
+// on the dispatching thread.
 void Watch::add(const std::shared_ptr<Device>& device) {
   if (!wanted(device->name())) return;
-  printer_.change(*device, true, DeviceLoss::kNone, Clock::now());
-  metrics_.added(device->name());
   Handle listener = device->on_event({}, [this, name = device->name()](const Event& event) {
     const auto now = Clock::now();
     printer_.event(event, name, now);
     metrics_.event(event, name, now);
   });
+  printer_.change(*device, true, DeviceLoss::kNone, Clock::now());
+  metrics_.added(device->name());
   std::lock_guard<std::mutex> lock(mutex_);
   listeners_[device.get()] = std::move(listener);
   added_names_.insert(device->name());

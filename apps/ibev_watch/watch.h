@@ -80,6 +80,8 @@ class Watch {
 
   // Those removed, and those of `open` still watched.
   Counts counts(const std::vector<std::shared_ptr<Device>>& open);
+  // Those of `open` watched (DeviceClients opens every device; -d narrows).
+  std::vector<std::shared_ptr<Device>> watched(const std::vector<std::shared_ptr<Device>>& open);
 
  private:
   bool wanted(const std::string& name) const;

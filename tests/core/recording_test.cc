@@ -110,6 +110,10 @@ const Bad kBad[] = {
      "rec.jsonl:2: \"time\" is not ISO 8601"},
     {R"({"time":"2026-11-21T25:00:00.1Z","device":"rxe0","code":10,"scope":"port","port":1})",
      "rec.jsonl:2: \"time\" is not ISO 8601"},
+    {R"({"time":"2026-02-29T12:00:00.1Z","device":"rxe0","code":10,"scope":"port","port":1})",
+     "rec.jsonl:2: \"time\" is not ISO 8601"},
+    {R"({"time":"2300-01-01T12:00:00.1Z","device":"rxe0","code":10,"scope":"port","port":1})",
+     "rec.jsonl:2: \"time\" is not ISO 8601"},
     {R"({"time":"2026-11-21T12:00:00.-5Z","device":"rxe0","code":10,"scope":"port","port":1})",
      "rec.jsonl:2: \"time\" is not ISO 8601"},
     {R"({"time":"2026-11-21T12:00:00.1234567891Z","device":"d","code":10,"scope":"port","port":1})",
@@ -160,6 +164,12 @@ BOOST_AUTO_TEST_CASE(a_short_fraction_is_a_fraction) {
   const auto second = ibev::RecordingClock::time_point(std::chrono::seconds(1795262400));
   BOOST_TEST((time(0) == second + std::chrono::milliseconds(500)));
   BOOST_TEST((time(1) == second + std::chrono::nanoseconds(1)));
+}
+
+BOOST_AUTO_TEST_CASE(a_leap_day_is_a_day) {
+  BOOST_TEST(
+      read(R"({"time":"2028-02-29T23:59:59.999999Z","device":"d","code":8,"scope":"device"})")
+          .size() == 1u);
 }
 
 // A later version adds keys, to events and changes too: read as before.

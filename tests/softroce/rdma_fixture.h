@@ -89,11 +89,11 @@ std::vector<Seen> read_events(ibv_context* context,
                               std::chrono::milliseconds quiet,
                               std::chrono::milliseconds limit);
 
-// A shell command running in the background, its stdout and stderr going to
-// `output`. Stopped with SIGTERM (and reaped) by stop() or the destructor.
 // How many times `needle` occurs in `text` (overlapping ones too).
 long count_of(const std::string& text, const std::string& needle);
 
+// A shell command running in the background, its stdout and stderr going to
+// `output`. Stopped with SIGTERM (and reaped) by stop() or the destructor.
 class Spawned {
  public:
   Spawned(const std::string& command, std::string output);

@@ -156,11 +156,19 @@ BOOST_AUTO_TEST_CASE(an_injected_schedule_reaches_a_queue_pair_by_number) {
   BOOST_TEST(ibev::Replay(env.dispatcher, options)
                  .play(ibev::to_recording(faults, ibev::RecordingClock::now()))
                  .injected == 2u);
-  BOOST_TEST(heard.wait_for("listener", 1), heard.summary());
-  std::vector<Recorder::Entry> entries;  // the replay's: the device may raise its own
-  for (const auto& entry : heard.entries()) {
-    if (entry.event.synthesized()) entries.push_back(entry);
-  }
+  // The replay's: the device may raise events of its own meanwhile.
+  const auto synthesized = [](const std::vector<Recorder::Entry>& all) {
+    std::vector<Recorder::Entry> ours;
+    for (const auto& entry : all) {
+      if (entry.event.synthesized()) ours.push_back(entry);
+    }
+    return ours;
+  };
+  BOOST_TEST(heard.wait_until([&](const std::vector<Recorder::Entry>& all) {
+    return synthesized(all).size() >= 2;
+  }),
+             heard.summary());
+  const auto entries = synthesized(heard.entries());
   BOOST_REQUIRE_EQUAL(entries.size(), 2u);
   BOOST_TEST(entries[0].who == "qp");
   BOOST_TEST(entries[0].event.code() == IBV_EVENT_QP_FATAL);

@@ -75,6 +75,9 @@ enum class DeviceLoss : std::uint8_t {
   kAsyncFdFailed,  // its async fd failed (EPOLLERR, EPOLLHUP, a read error)
 };
 std::string_view to_string(DeviceLoss loss) noexcept;
+// Every way a device is lost (kNone is not one).
+inline constexpr DeviceLoss kDeviceLosses[] = {DeviceLoss::kRemoved, DeviceLoss::kFatal,
+                                               DeviceLoss::kAsyncFdFailed};
 
 using Element = std::variant<ibv_cq*, ibv_qp*, ibv_srq*, ibv_wq*, Port,
                              WholeDevice, OpaqueElement>;

@@ -186,8 +186,7 @@ class LineReader {
   DeviceLoss loss() const {
     if (!has("loss")) return DeviceLoss::kNone;
     const std::string value = text("loss");
-    for (const DeviceLoss loss :
-         {DeviceLoss::kRemoved, DeviceLoss::kFatal, DeviceLoss::kAsyncFdFailed}) {
+    for (const DeviceLoss loss : kDeviceLosses) {
       if (value == to_string(loss)) return loss;
     }
     fail("\"loss\" is not removed, fatal or async fd failed: '" + value + "'");
@@ -247,6 +246,10 @@ RecordedChange read_change(const LineReader& line) {
 }
 
 }  // namespace
+
+RecordingClock::time_point time_of(const RecordedLine& line) {
+  return std::visit([](const auto& l) { return l.time; }, line);
+}
 
 std::vector<RecordedLine> read_recording(std::istream& in, const std::string& name) {
   std::vector<RecordedLine> lines;

@@ -79,6 +79,9 @@ struct RecordedChange {
 
 using RecordedLine = std::variant<RecordedEvent, RecordedChange>;
 
+// When the line's event or change was recorded.
+RecordingClock::time_point time_of(const RecordedLine& line);
+
 // Every event and change of `in`, in order. Throws std::invalid_argument
 // "NAME:LINE: why" for a line that is not a JSON object of this format (a
 // missing or malformed key, a value that is an object or array, a scope that

@@ -48,7 +48,7 @@ ReplayStats Replay::play(const std::vector<RecordedLine>& lines) {
   const auto started = std::chrono::steady_clock::now();
   std::optional<RecordingClock::time_point> origin = options_.origin;
   for (const RecordedLine& line : lines) {
-    const auto& time = std::visit([](const auto& l) { return l.time; }, line);
+    const auto time = time_of(line);
     if (!origin) origin = time;
     if (!wait_until(started + replay_delay(time - *origin, options_.speed))) {
       stats.stopped = true;

@@ -140,10 +140,8 @@ std::string describe(const ibev::RecordedLine& line) {
   } else if (event.number) {
     where = std::string(ibev::to_string(event.kind)) + " #" + std::to_string(*event.number);
   } else if (event.object) {
-    char address[32];
-    std::snprintf(address, sizeof address, "0x%llx",
-                  static_cast<unsigned long long>(*event.object));
-    where = std::string(ibev::to_string(event.kind)) + " " + address;
+    where = std::string(ibev::to_string(event.kind)) + " " +
+            ibev::object_address(reinterpret_cast<const void*>(*event.object));
   } else {
     where = "device";
   }
@@ -368,7 +366,7 @@ int main(int argc, char** argv) {
       if (options.real) return do_for_real(faults, name, options.speed);
       const auto start = ibev::RecordingClock::time_point{};
       for (const auto& line : ibev::to_recording(faults, start)) {
-        const auto time = std::visit([](const auto& l) { return l.time; }, line);
+        const auto time = ibev::time_of(line);
         std::printf("%s %s\n", offset(time, start, options.speed).c_str(), describe(line).c_str());
       }
       return 0;
@@ -376,7 +374,7 @@ int main(int argc, char** argv) {
     const std::vector<ibev::RecordedLine> lines = ibev::read_recording(in, name);
     std::optional<ibev::RecordingClock::time_point> first;
     for (const auto& line : lines) {
-      const auto time = std::visit([](const auto& l) { return l.time; }, line);
+      const auto time = ibev::time_of(line);
       if (!first) first = time;
       std::printf("%s %s\n", offset(time, *first, options.speed).c_str(), describe(line).c_str());
     }

@@ -1,10 +1,13 @@
 // ibev-watch's journal entries (journal.h).
 #include "apps/ibev_watch/journal.h"
 
+#include <sys/uio.h>
 #include <syslog.h>
 #include <systemd/sd-journal.h>
 
-#include <string_view>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/ibev_watch/format.h"
 
@@ -31,39 +34,40 @@ std::string without_time(const std::string& line) {
   return space == std::string::npos ? line : line.substr(space + 1);
 }
 
+// One entry of "FIELD=value" strings (the identifier added); 0 or an errno.
+int send(std::vector<std::string> fields) {
+  fields.emplace_back("SYSLOG_IDENTIFIER=ibev-watch");
+  std::vector<iovec> entry;
+  for (std::string& field : fields) entry.push_back({field.data(), field.size()});
+  const int rc = sd_journal_sendv(entry.data(), static_cast<int>(entry.size()));
+  return rc < 0 ? -rc : 0;
+}
+
 }  // namespace
 
 int journal_event(const Event& event, const std::string& device, Clock::time_point time) {
-  const std::string message = without_time(format_human(event, device, time));
-  const std::string enumerator = enumerator_name(event.code());
-  const std::string element(to_string(event.element_kind()));
-  const int priority = priority_of(event.severity());
-  // sd_journal_send takes printf-style fields, ended by NULL; RDMA_PORT only
-  // where the event names one.
-  const int rc =
-      event.port()
-          ? sd_journal_send("MESSAGE=%s", message.c_str(), "PRIORITY=%d", priority,
-                            "SYSLOG_IDENTIFIER=ibev-watch", "RDMA_DEVICE=%s", device.c_str(),
-                            "RDMA_PORT=%d", *event.port(), "RDMA_EVENT=%s", enumerator.c_str(),
-                            "RDMA_EVENT_CODE=%d", event.code(), "RDMA_ELEMENT=%s", element.c_str(),
-                            nullptr)
-          : sd_journal_send("MESSAGE=%s", message.c_str(), "PRIORITY=%d", priority,
-                            "SYSLOG_IDENTIFIER=ibev-watch", "RDMA_DEVICE=%s", device.c_str(),
-                            "RDMA_EVENT=%s", enumerator.c_str(), "RDMA_EVENT_CODE=%d", event.code(),
-                            "RDMA_ELEMENT=%s", element.c_str(), nullptr);
-  return rc < 0 ? -rc : 0;
+  std::vector<std::string> fields = {
+      "MESSAGE=" + without_time(format_human(event, device, time)),
+      "PRIORITY=" + std::to_string(priority_of(event.severity())),
+      "RDMA_DEVICE=" + device,
+      "RDMA_EVENT=" + enumerator_name(event.code()),
+      "RDMA_EVENT_CODE=" + std::to_string(event.code()),
+      "RDMA_ELEMENT=" + std::string(to_string(event.element_kind())),
+  };
+  if (const auto port = event.port()) fields.push_back("RDMA_PORT=" + std::to_string(*port));
+  return send(std::move(fields));
 }
 
 int journal_change(const std::string& device, const std::string& node, bool added, DeviceLoss loss,
                    Clock::time_point time) {
-  const std::string message = without_time(format_change_human(device, node, added, loss, time));
-  const std::string why(to_string(loss));
-  const int rc = sd_journal_send("MESSAGE=%s", message.c_str(), "PRIORITY=%d",
-                                 added ? LOG_NOTICE : LOG_WARNING, "SYSLOG_IDENTIFIER=ibev-watch",
-                                 "RDMA_DEVICE=%s", device.c_str(), "RDMA_NODE=%s", node.c_str(),
-                                 "RDMA_CHANGE=%s", added ? "added" : "removed", "RDMA_LOSS=%s",
-                                 why.c_str(), nullptr);
-  return rc < 0 ? -rc : 0;
+  return send({
+      "MESSAGE=" + without_time(format_change_human(device, node, added, loss, time)),
+      "PRIORITY=" + std::to_string(added ? LOG_NOTICE : LOG_WARNING),
+      "RDMA_DEVICE=" + device,
+      "RDMA_NODE=" + node,
+      std::string("RDMA_CHANGE=") + (added ? "added" : "removed"),
+      "RDMA_LOSS=" + std::string(to_string(loss)),
+  });
 }
 
 }  // namespace ibev::watch

@@ -32,11 +32,9 @@ void WatchMetrics::event(const Event& event, const std::string& device, Clock::t
 void WatchMetrics::added(const std::string& device) {
   update([&](State& state) {
     ++state.additions[device];
-    ++state.present;
     // Each removal series exists from 0 on, so that Prometheus's increase()
     // sees the first removal (a series born at 1 increased by nothing).
-    for (const DeviceLoss loss :
-         {DeviceLoss::kRemoved, DeviceLoss::kFatal, DeviceLoss::kAsyncFdFailed}) {
+    for (const DeviceLoss loss : kDeviceLosses) {
       state.removals[{device, std::string(to_string(loss))}] += 0;
     }
   });
@@ -45,7 +43,6 @@ void WatchMetrics::added(const std::string& device) {
 void WatchMetrics::removed(const std::string& device, DeviceLoss loss) {
   update([&](State& state) {
     ++state.removals[{device, std::string(to_string(loss))}];
-    --state.present;
   });
 }
 
@@ -66,7 +63,11 @@ std::string WatchMetrics::render(const Dispatcher& dispatcher,
               "Renders, accepts and textfile writes that failed");
   text.sample({}, scrape_errors_.load(std::memory_order_relaxed));
   text.family("ibev_watch_devices", MetricsText::kGauge, "RDMA devices watched now");
-  text.sample({}, state.present);
+  // Every removal follows an addition of the same device.
+  std::uint64_t present = 0;
+  for (const auto& [device, count] : state.additions) present += count;
+  for (const auto& [key, count] : state.removals) present -= count;
+  text.sample({}, present);
   text.family("ibev_watch_device_additions_total", MetricsText::kCounter,
               "Devices added (those present at start included)");
   for (const auto& [device, count] : state.additions) text.sample({{"device", device}}, count);

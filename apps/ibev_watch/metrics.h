@@ -53,7 +53,6 @@ class WatchMetrics {
     std::map<std::pair<std::string, std::string>, double> last_port_event;  // device, port
     std::map<std::string, std::uint64_t> additions;
     std::map<std::pair<std::string, std::string>, std::uint64_t> removals;  // device, reason
-    std::uint64_t present = 0;
   };
 
   void update(const std::function<void(State&)>& change);

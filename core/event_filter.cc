@@ -6,7 +6,7 @@
 
 namespace ibev {
 
-static_assert(sizeof(EventFilter) <= 32, "a filter is kept in every subscription");
+static_assert(sizeof(EventFilter) <= 24, "a filter is kept in every subscription");
 
 namespace {
 
@@ -38,13 +38,24 @@ EventFilter EventFilter::of_codes(const int* codes, std::size_t count) {
   return filter;
 }
 
+EventFilter::EventFilter(const EventFilter& other)
+    : mask_(other.mask_),
+      others_(other.others_ ? std::make_unique<const std::vector<int>>(*other.others_) : nullptr),
+      port_(other.port_),
+      all_types_(other.all_types_) {}
+
+EventFilter& EventFilter::operator=(const EventFilter& other) {
+  if (this != &other) *this = EventFilter(other);
+  return *this;
+}
+
 void EventFilter::add(int code) {
   if (code >= 0 && code < kMaskCodes) {
     mask_ |= std::uint64_t{1} << code;
     return;
   }
-  auto others = others_ ? std::make_shared<std::vector<int>>(*others_)
-                        : std::make_shared<std::vector<int>>();
+  auto others = others_ ? std::make_unique<std::vector<int>>(*others_)
+                        : std::make_unique<std::vector<int>>();
   const auto at = std::lower_bound(others->begin(), others->end(), code);
   if (at == others->end() || *at != code) others->insert(at, code);
   others_ = std::move(others);

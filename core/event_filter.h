@@ -31,6 +31,11 @@ class EventFilter {
  public:
   // Every event that can reach the handler.
   EventFilter() noexcept = default;
+  EventFilter(const EventFilter& other);
+  EventFilter& operator=(const EventFilter& other);
+  EventFilter(EventFilter&&) noexcept = default;
+  EventFilter& operator=(EventFilter&&) noexcept = default;
+  ~EventFilter() = default;
 
   // Exactly these types. Throws std::invalid_argument when `types` is empty.
   EventFilter(std::initializer_list<ibv_event_type> types);
@@ -63,12 +68,12 @@ class EventFilter {
  private:
   void add(int code);
 
-  // 32 bytes: a filter is kept in every subscription, one per QP and CQ.
+  // 24 bytes: a filter is kept in every subscription, one per QP and CQ.
   static constexpr int kMaskCodes = 64;
   std::uint64_t mask_ = 0;  // bit i: code i, for 0 <= i < kMaskCodes
-  // Any other code, sorted; null for rdma-core's (all below kMaskCodes).
-  // Shared, never changed once a filter is copied: add() makes a new one.
-  std::shared_ptr<const std::vector<int>> others_;
+  // Any other code, sorted; null for rdma-core's (all below kMaskCodes),
+  // so that copying a filter of rdma-core's codes allocates nothing.
+  std::unique_ptr<const std::vector<int>> others_;
   std::int32_t port_ = 0;  // 0: every port
   bool all_types_ = true;
 };

@@ -19,25 +19,74 @@
 // under the application's lock) or release it on one thread. Do not release
 // it while holding a lock that its handler takes: the release waits for the
 // handler (unless it is that handler).
+//
+// Memory: a Handle is one pointer to what it registered. A subscription
+// that is its own registration (an object's event handler in the Registry,
+// a CQ's watch in a Dispatcher) costs no allocation of its own: the Handle
+// shares the subscription's block. A Handle made from a function keeps it in
+// one block.
 #ifndef IBEV_CORE_HANDLE_H_
 #define IBEV_CORE_HANDLE_H_
 
-#include <functional>
+#include <memory>
+#include <type_traits>
 #include <utility>
 
 namespace ibev {
 
+namespace detail {
+
+// What a Handle owns: something registered, undone by release(), which a
+// Handle calls once. It must not throw.
+class Registration {
+ public:
+  virtual void release() noexcept = 0;
+
+ protected:
+  // Owned through the shared_ptr of the concrete type, which deletes it.
+  ~Registration() = default;
+};
+
+// A registration undone by calling a function.
+template <typename Release>
+class ReleasedBy final : public Registration {
+ public:
+  explicit ReleasedBy(Release release) noexcept(
+      std::is_nothrow_move_constructible_v<Release>)
+      : release_(std::move(release)) {}
+  void release() noexcept override { release_(); }
+
+ private:
+  Release release_;
+};
+
+}  // namespace detail
+
 class [[nodiscard]] Handle {
  public:
   Handle() noexcept = default;
+  explicit Handle(std::shared_ptr<detail::Registration> registration) noexcept
+      : registration_(std::move(registration)) {}
   // `release` runs once, from release() or the destructor; it must not throw.
-  explicit Handle(std::function<void()> release) noexcept
-      : release_(std::move(release)) {}
-  Handle(Handle&& other) noexcept : release_(std::exchange(other.release_, {})) {}
+  // It may be move-only (it may hold other Handles). An empty one (a null
+  // std::function or function pointer) makes an inactive Handle. Throws
+  // std::bad_alloc.
+  template <typename Release,
+            typename = std::enable_if_t<
+                std::is_invocable_v<Release&> &&
+                !std::is_convertible_v<Release, std::shared_ptr<detail::Registration>>>>
+  explicit Handle(Release release) {
+    if constexpr (std::is_constructible_v<bool, const Release&>) {
+      if (!static_cast<bool>(release)) return;
+    }
+    registration_ = std::make_shared<detail::ReleasedBy<Release>>(std::move(release));
+  }
+
+  Handle(Handle&& other) noexcept = default;
   Handle& operator=(Handle&& other) noexcept {
     if (this != &other) {
       release();
-      release_ = std::exchange(other.release_, {});
+      registration_ = std::move(other.registration_);
     }
     return *this;
   }
@@ -46,12 +95,12 @@ class [[nodiscard]] Handle {
   ~Handle() { release(); }
 
   void release() noexcept {
-    if (auto release = std::exchange(release_, {})) release();
+    if (auto registration = std::exchange(registration_, nullptr)) registration->release();
   }
-  bool active() const noexcept { return static_cast<bool>(release_); }
+  bool active() const noexcept { return static_cast<bool>(registration_); }
 
  private:
-  std::function<void()> release_;
+  std::shared_ptr<detail::Registration> registration_;
 };
 
 }  // namespace ibev

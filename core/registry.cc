@@ -68,6 +68,36 @@ struct RegistryState {
   BroadcastList<EventSubscriber> unclaimed;
 };
 
+// An object's handler: one subscriber under its address, its number on a
+// device, or both (a QueuePair's: one handler, one state), and its own
+// registration, so that its Handle is this block and nothing more. Its
+// release unlinks it from both, if the Registry is still there.
+class ObjectHandler final : public EventSubscriber, public Registration {
+ public:
+  ObjectHandler(std::weak_ptr<RegistryState> registry, ObjectKey address, NumberKey number,
+                Handler handler, EventFilter filter, Executor executor)
+      : EventSubscriber(std::move(handler), std::move(filter), std::move(executor)),
+        registry_(std::move(registry)),
+        address_(address),
+        number_(number) {}
+
+  void release() noexcept override {
+    unsubscribe(static_cast<EventSubscriber&>(*this), [this](const EventSubscriber* self) {
+      const auto state = registry_.lock();
+      if (!state) return true;
+      // Both or neither: the lists know the same process.
+      bool ours = address_.empty() || state->by_address.unlink(address_, self);
+      if (ours && !number_.empty()) ours = state->by_number.unlink(number_, self);
+      return ours;
+    });
+  }
+
+ private:
+  const std::weak_ptr<RegistryState> registry_;
+  const ObjectKey address_;
+  const NumberKey number_;
+};
+
 namespace {
 
 // Where a handler's failure goes: counted for the event's device and code,
@@ -172,9 +202,7 @@ Handle Registry::attach(ibv_wq* wq, EventFilter filter, Handler handler,
                        std::move(filter), std::move(handler), std::move(executor));
 }
 
-Handle Registry::attach_object(const char* verb, const void* object, ElementKind kind,
-                               EventFilter filter, Handler handler,
-                               Executor executor) {
+void Registry::require_address(const char* verb, const void* object) {
   if (object == nullptr) {
     throw std::invalid_argument(std::string(verb) + ": the object is null");
   }
@@ -183,16 +211,9 @@ Handle Registry::attach_object(const char* verb, const void* object, ElementKind
                                 ": the object's address is not 8-aligned, as every rdma-core "
                                 "object's is");
   }
-  require_handler(verb, static_cast<bool>(handler));
-  require_object_filter(verb, kind, filter);
-  return state_->by_address.add(ObjectKey{object, kind},
-                             std::make_shared<detail::EventSubscriber>(
-                                 std::move(handler), std::move(filter), std::move(executor)));
 }
 
-Handle Registry::attach(ibv_context* device, ObjectNumber object, EventFilter filter,
-                        Handler handler, Executor executor) {
-  const char* const verb = "Registry::attach(ibv_context*, ObjectNumber)";
+void Registry::require_number(const char* verb, ibv_context* device, ObjectNumber object) {
   if (device == nullptr) {
     throw std::invalid_argument(std::string(verb) + ": the device is null");
   }
@@ -201,12 +222,58 @@ Handle Registry::attach(ibv_context* device, ObjectNumber object, EventFilter fi
                                 std::string(to_string(object.kind)) +
                                 " is not an object with a number (CQ, QP, SRQ, WQ)");
   }
+}
+
+// Once every check passed: the device's state is made here if it was not.
+detail::NumberKey Registry::number_key(ibv_context* device, ObjectNumber object) const {
+  return detail::NumberKey{state_->device(device)->generation, object.kind, object.number};
+}
+
+Handle Registry::attach_object(const char* verb, const void* object, ElementKind kind,
+                               EventFilter filter, Handler handler,
+                               Executor executor) {
+  require_address(verb, object);
+  require_handler(verb, static_cast<bool>(handler));
+  require_object_filter(verb, kind, filter);
+  return attach_keys(ObjectKey{object, kind}, {}, std::move(filter), std::move(handler),
+                     std::move(executor));
+}
+
+Handle Registry::attach(ibv_context* device, ObjectNumber object, EventFilter filter,
+                        Handler handler, Executor executor) {
+  const char* const verb = "Registry::attach(ibv_context*, ObjectNumber)";
+  require_number(verb, device, object);
   require_handler(verb, static_cast<bool>(handler));
   require_object_filter(verb, object.kind, filter);
-  const std::uint64_t generation = state_->device(device)->generation;
-  return state_->by_number.add(detail::NumberKey{generation, object.kind, object.number},
-                              std::make_shared<detail::EventSubscriber>(
-                                  std::move(handler), std::move(filter), std::move(executor)));
+  return attach_keys({}, number_key(device, object), std::move(filter), std::move(handler),
+                     std::move(executor));
+}
+
+Handle Registry::attach(ibv_context* device, ObjectNumber object, const void* address,
+                        EventFilter filter, Handler handler, Executor executor) {
+  const char* const verb = "Registry::attach(ibv_context*, ObjectNumber, address)";
+  require_number(verb, device, object);
+  require_address(verb, address);
+  require_handler(verb, static_cast<bool>(handler));
+  require_object_filter(verb, object.kind, filter);
+  return attach_keys(ObjectKey{address, object.kind}, number_key(device, object),
+                     std::move(filter), std::move(handler), std::move(executor));
+}
+
+Handle Registry::attach_keys(ObjectKey address, detail::NumberKey number, EventFilter filter,
+                             Handler handler, Executor executor) {
+  auto subscriber = std::make_shared<detail::ObjectHandler>(
+      state_, address, number, std::move(handler), std::move(filter), std::move(executor));
+  if (!address.empty()) state_->by_address.link(address, subscriber);
+  if (!number.empty()) {
+    try {
+      state_->by_number.link(number, subscriber);
+    } catch (...) {
+      subscriber->release();  // out of the first table again
+      throw;
+    }
+  }
+  return Handle(std::move(subscriber));
 }
 
 void Registry::require_object_filter(const char* verb, ElementKind kind,

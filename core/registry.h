@@ -57,6 +57,8 @@ namespace detail {
 using EventSubscriber = Subscriber<Event, EventFilter>;
 struct DeviceState;
 struct RegistryState;
+class ObjectKey;
+class NumberKey;
 }  // namespace detail
 
 // The result of Registry::resolve(): the event and who will hear it.
@@ -144,6 +146,12 @@ class Registry {
   // filter naming another kind's events or a port.
   Handle attach(ibv_context* device, ObjectNumber object, EventFilter filter, Handler handler,
                 Executor executor = {});
+  // Both at once: the object by its number on `device` and by `address`,
+  // its ibv_* object (the ibv_qp* of a kQp number): one handler (one state)
+  // under one Handle. A QueuePair made with a handler is attached so. Throws
+  // as the two attach()es above do.
+  Handle attach(ibv_context* device, ObjectNumber object, const void* address,
+                EventFilter filter, Handler handler, Executor executor = {});
 
   // A device-wide listener, as ib_register_event_handler: every port and
   // device event of `device` (unknown codes included), or those `filter`
@@ -187,6 +195,12 @@ class Registry {
  private:
   Handle attach_object(const char* verb, const void* object, ElementKind kind,
                        EventFilter filter, Handler handler, Executor executor);
+  // Either key may be empty, not both.
+  Handle attach_keys(detail::ObjectKey address, detail::NumberKey number, EventFilter filter,
+                     Handler handler, Executor executor);
+  static void require_address(const char* verb, const void* object);
+  static void require_number(const char* verb, ibv_context* device, ObjectNumber object);
+  detail::NumberKey number_key(ibv_context* device, ObjectNumber object) const;
   static void require_object_filter(const char* verb, ElementKind kind,
                                     const EventFilter& filter);
 

@@ -14,9 +14,10 @@
 //  - deliver() is the one guarded call: filter; skip if released; run inline
 //    or hand a task to the executor (a refusal is a failure); inside the
 //    guard; what the callback throws becomes a Failure for `report`.
-//  - subscription() is the one release, the wait rule of core/handle.h:
+//  - unsubscribe() is the one release, the wait rule of core/handle.h:
 //    close (no call starts), unlink, wait for calls on other threads; in a
 //    forked child, a list inherited from the parent is left as it is.
+//    subscription() makes the Handle that calls it.
 //
 // The lists that hold subscribers, and take snapshots of them, are in
 // core/subscriber_lists.h.
@@ -172,28 +173,35 @@ class Snapshot {
   std::shared_ptr<const List> several_;
 };
 
-// The one release. `unlink(const Sub*)` takes the subscriber out of its list;
-// it is kept by type inside the handle's one closure and given the
-// subscriber rather than holding a pointer of its own: an object handler is
-// made per QP and CQ, and each such copy was bytes in a closure
-// (bench/registry_bench's memory figure). It returns false when the list is
-// inherited (core/process.h): then nothing is unlinked, and nothing waited
-// for, since the calls the guard counts were on the parent's threads.
+// The one release: close the subscriber (no call starts), `unlink(const
+// Sub*)` it from its list, wait for its calls on other threads. `unlink`
+// returns false when the list is inherited (core/process.h): then nothing is
+// unlinked, and nothing waited for, since the calls the guard counts were on
+// the parent's threads. A subscriber that is its own registration (the
+// Registry's object handlers) calls this from its release().
+template <typename Sub, typename Unlink>
+void unsubscribe(Sub& subscriber, Unlink&& unlink) noexcept {
+  subscriber.guard.close();
+  bool ours = true;
+  try {
+    ours = unlink(static_cast<const Sub*>(&subscriber));
+  } catch (...) {
+    // Only allocation can fail there (a KeyedLists copies the rest of a
+    // key's list). The subscriber is closed already, so it never runs; its
+    // entry, and its captures, stay until its key's list goes.
+  }
+  if (ours) subscriber.guard.wait_idle();
+}
+
+// A Handle whose release is unsubscribe(). `unlink` is kept by type inside
+// the handle's one block and given the subscriber rather than holding a
+// pointer of its own.
 template <typename Sub, typename Unlink>
 Handle subscription(std::shared_ptr<Sub> subscriber, Unlink unlink) {
-  return Handle([subscriber = std::move(subscriber),
-                 unlink = std::move(unlink)]() mutable noexcept {
-    subscriber->guard.close();
-    bool ours = true;
-    try {
-      ours = unlink(static_cast<const Sub*>(subscriber.get()));
-    } catch (...) {
-      // Only allocation can fail there (a KeyedLists copies the rest of a
-      // key's list). The subscriber is closed already, so it never runs; its
-      // entry, and its captures, stay until its key's list goes.
-    }
-    if (ours) subscriber->guard.wait_idle();
-  });
+  return Handle(
+      [subscriber = std::move(subscriber), unlink = std::move(unlink)]() mutable noexcept {
+        unsubscribe(*subscriber, unlink);
+      });
 }
 
 }  // namespace ibev::detail

@@ -93,15 +93,40 @@ class KeyedLists {
 
   // `key` must not be empty. The handle may outlive this KeyedLists.
   Handle add(const Key& key, std::shared_ptr<Sub> subscriber) {
-    link(key, subscriber);
-    return subscription(std::move(subscriber),
-                        [weak = std::weak_ptr<Shards>(shards_), key](const Sub* subscriber) {
-                          auto shards = weak.lock();
-                          if (shards && shards->process.inherited()) return false;
-                          if (shards) unlink(*shards, key, subscriber);
-                          return true;
-                        });
+    // The handle first: if making it throws, nothing is linked yet.
+    Handle handle = subscription(subscriber, [weak = std::weak_ptr<Shards>(shards_),
+                                              key](const Sub* subscriber) {
+      auto shards = weak.lock();
+      return !shards || unlink(*shards, key, subscriber);
+    });
+    link(key, std::move(subscriber));
+    return handle;
   }
+
+  // For a subscriber that is its own registration (core/handle.h) and
+  // unlinks itself, from one list or several (the Registry's object
+  // handlers): link() puts it under `key` (not empty); unlink() takes it out
+  // in its release, and is false, touching nothing, in a forked child
+  // (subscription()'s `unlink`).
+  void link(const Key& key, std::shared_ptr<Sub> subscriber) {
+    Shard& shard = shard_for(*shards_, key);
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    std::shared_ptr<const List>* several = shard.several.find(key);
+    std::shared_ptr<Sub>& only = shard.objects[key];
+    List next;
+    if (only) {
+      next.push_back(only);
+    } else if (several != nullptr) {
+      next = **several;
+    } else {
+      only = std::move(subscriber);
+      return;
+    }
+    next.push_back(std::move(subscriber));
+    shard.several[key] = std::make_shared<const List>(std::move(next));
+    only.reset();  // another table: `only` still names its slot
+  }
+  bool unlink(const Key& key, const Sub* subscriber) { return unlink(*shards_, key, subscriber); }
 
   Snapshot<Sub> snapshot(const Key& key) const {
     Shard& shard = shard_for(*shards_, key);
@@ -136,36 +161,18 @@ class KeyedLists {
     return shards.shard[(bits * 0x9E3779B97F4A7C15ull) >> 58];  // the top 6 bits: 64 shards
   }
 
-  void link(const Key& key, std::shared_ptr<Sub> subscriber) {
-    Shard& shard = shard_for(*shards_, key);
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    std::shared_ptr<const List>* several = shard.several.find(key);
-    std::shared_ptr<Sub>& only = shard.objects[key];
-    List next;
-    if (only) {
-      next.push_back(only);
-    } else if (several != nullptr) {
-      next = **several;
-    } else {
-      only = std::move(subscriber);
-      return;
-    }
-    next.push_back(std::move(subscriber));
-    shard.several[key] = std::make_shared<const List>(std::move(next));
-    only.reset();  // another table: `only` still names its slot
-  }
-
-  static void unlink(Shards& shards, const Key& key, const Sub* subscriber) {
+  static bool unlink(Shards& shards, const Key& key, const Sub* subscriber) {
+    if (shards.process.inherited()) return false;  // the parent's locks may be held
     Shard& shard = shard_for(shards, key);
     std::lock_guard<std::mutex> lock(shard.mutex);
     std::shared_ptr<Sub>* only = shard.objects.find(key);
-    if (only == nullptr) return;
+    if (only == nullptr) return true;
     if (*only) {
       if (only->get() == subscriber) shard.objects.erase(key);
-      return;
+      return true;
     }
     std::shared_ptr<const List>* several = shard.several.find(key);
-    if (several == nullptr) return;
+    if (several == nullptr) return true;
     List rest;
     for (const auto& s : **several) {
       if (s.get() != subscriber) rest.push_back(s);
@@ -176,6 +183,7 @@ class KeyedLists {
     } else {
       *several = std::make_shared<const List>(std::move(rest));
     }
+    return true;
   }
 
   // Shared with the handles' unlink, which may run after this is gone.

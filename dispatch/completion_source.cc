@@ -13,8 +13,10 @@
 // Memory: most CQs have a channel of their own, so the channel's source and
 // the CQ that brought it in are one allocation (ChannelWithFirstCq), and the
 // channel holds that CQ inline; a CQ joining a shared channel later is an
-// allocation of its own. What a CQ costs is what softroce_bench's `memory`
-// run measures, and what a round robin over 1000s of CQs finds cold.
+// allocation of its own (JoinedCq), which keeps its channel. A CQ's entry is
+// its watch's registration (core/handle.h): the Handle is the entry, with no
+// block of its own. What a CQ costs is what softroce_bench's `memory` run
+// measures, and what a round robin over 1000s of CQs finds cold.
 #include <sys/epoll.h>
 
 #include <algorithm>
@@ -48,19 +50,48 @@ IBEV_DECLARE_ATOMIC_STATS(AtomicCompletionStats, CompletionStats, IBEV_COMPLETIO
 
 class ChannelSource;
 
-// One watched CQ: its handler and options, its ack count, its turns.
-class CqEntry {
+// CompletionOptions as an entry keeps them (validate() checked them): every
+// CQ has one, and few name an executor.
+struct CqSettings {
+  explicit CqSettings(CompletionOptions options)
+      : poll_budget(options.poll_budget),
+        ack_batch(options.ack_batch),
+        budget(options.budget),
+        poll_batch(static_cast<std::uint16_t>(options.poll_batch)),
+        adaptive(options.mode == CompletionMode::kAdaptive),
+        solicited_only(options.solicited_only),
+        executor(options.executor
+                     ? std::make_unique<const Executor>(std::move(options.executor))
+                     : nullptr) {}
+
+  const std::chrono::microseconds poll_budget;
+  const unsigned ack_batch;
+  const unsigned budget;
+  const std::uint16_t poll_batch;  // 1..256
+  const bool adaptive;
+  const bool solicited_only;
+  const std::unique_ptr<const Executor> executor;  // null: the dispatching thread
+};
+
+// One watched CQ: its handler and options, its ack count, its turns. It is
+// the registration its watch's Handle holds: release() (below
+// watch_completions) takes it off its channel.
+class CqEntry final : public Registration {
  public:
-  CqEntry(Reactor& reactor, ibv_cq* cq, CompletionHandler handler,
+  CqEntry(Reactor& reactor, ChannelSource& channel, ibv_cq* cq, CompletionHandler handler,
           CompletionOptions options)
-      : reactor_(reactor), cq_(cq), handler_(std::move(handler)), options_(std::move(options)) {}
+      : reactor_(reactor),
+        channel_(channel),
+        cq_(cq),
+        handler_(std::move(handler)),
+        settings_(std::move(options)) {}
 
   // The shared_ptr that owns it (which may alias a larger allocation), for
   // the work it hands on (an executor's task, a deferred turn, a release).
   void adopt(const std::shared_ptr<CqEntry>& self) noexcept { self_ = self; }
 
   ibv_cq* cq() const noexcept { return cq_; }
-  const CompletionOptions& options() const noexcept { return options_; }
+  const CqSettings& settings() const noexcept { return settings_; }
   CallGuard& guard() noexcept { return guard_; }
   AtomicCompletionStats& stats() noexcept { return stats_; }
   unsigned unacked = 0;  // under the channel's mutex
@@ -78,6 +109,8 @@ class CqEntry {
   // See Dispatcher::take_completion.
   Handle take(std::uint32_t qp_num, std::uint64_t wr_id,
               std::function<void(const ibv_wc&)> taken);
+
+  void release() noexcept override;
 
  private:
   // The completion a Taker waits for: one work request of one QP.
@@ -108,10 +141,14 @@ class CqEntry {
   void call_taker(const std::shared_ptr<Taker>& taker, const ibv_wc& wc) noexcept;
 
   std::weak_ptr<CqEntry> self_;
+  // Serves it: valid while it is served, which the reactor's life bounds.
   Reactor& reactor_;
+  // Its channel: in its own block (ChannelWithFirstCq), or held by it
+  // (JoinedCq), so it outlives the entry.
+  ChannelSource& channel_;
   ibv_cq* const cq_;
   const CompletionHandler handler_;
-  const CompletionOptions options_;
+  const CqSettings settings_;
   CallGuard guard_;  // held while draining, here or on the executor
   AtomicCompletionStats stats_;
   // Completions ibev waits for itself (take_completion), by QP and wr_id.
@@ -132,15 +169,16 @@ class CqEntry {
 // channel, ~190 bytes a CQ: softroce_bench's `memory` run.)
 class ChannelCqs {
  public:
-  std::size_t size() const noexcept { return several_.empty() ? (one_ ? 1 : 0) : several_.size(); }
+  std::size_t size() const noexcept { return several_ ? several_->size() : (one_ ? 1 : 0); }
   bool empty() const noexcept { return size() == 0; }
   // The CQ when there is just one; null otherwise.
   const std::shared_ptr<CqEntry>& only() const noexcept { return one_; }
   // Null when `cq` is not watched here.
   std::shared_ptr<CqEntry> find(ibv_cq* cq) const {
     if (one_) return one_->cq() == cq ? one_ : nullptr;
+    if (!several_) return nullptr;
     const auto it = lower_bound(cq);
-    return it != several_.end() && it->first == cq ? it->second : nullptr;
+    return it != several_->end() && it->first == cq ? it->second : nullptr;
   }
   // False when `cq` is watched here already.
   bool insert(ibv_cq* cq, std::shared_ptr<CqEntry> entry) {
@@ -150,10 +188,12 @@ class ChannelCqs {
     }
     if (find(cq)) return false;
     if (one_) {
-      several_.reserve(2);
-      several_.emplace_back(one_->cq(), std::move(one_));
+      auto several = std::make_unique<std::vector<Entry>>();
+      several->reserve(2);
+      several->emplace_back(one_->cq(), std::move(one_));
+      several_ = std::move(several);
     }
-    several_.emplace(lower_bound(cq), cq, std::move(entry));
+    several_->emplace(lower_bound(cq), cq, std::move(entry));
     return true;
   }
   void erase(ibv_cq* cq) noexcept {
@@ -161,35 +201,45 @@ class ChannelCqs {
       if (one_->cq() == cq) one_.reset();
       return;
     }
+    if (!several_) return;
     const auto it = lower_bound(cq);
-    if (it == several_.end() || it->first != cq) return;
-    several_.erase(it);
-    if (several_.size() == 1) {
-      one_ = std::move(several_.front().second);
-      std::vector<Entry>().swap(several_);
+    if (it == several_->end() || it->first != cq) return;
+    several_->erase(it);
+    if (several_->size() == 1) {
+      one_ = std::move(several_->front().second);
+      several_.reset();
     }
   }
 
  private:
   using Entry = std::pair<ibv_cq*, std::shared_ptr<CqEntry>>;
 
-  std::vector<Entry>::const_iterator lower_bound(ibv_cq* cq) const noexcept {
+  // several_ is not null.
+  std::vector<Entry>::iterator lower_bound(ibv_cq* cq) const noexcept {
     return std::lower_bound(
-        several_.begin(), several_.end(), cq,
+        several_->begin(), several_->end(), cq,
         [](const Entry& entry, ibv_cq* key) { return std::less<ibv_cq*>{}(entry.first, key); });
   }
 
-  std::shared_ptr<CqEntry> one_;  // set only when several_ is empty
-  std::vector<Entry> several_;    // two or more
+  std::shared_ptr<CqEntry> one_;                  // set only when several_ is null
+  std::unique_ptr<std::vector<Entry>> several_;  // two or more
 };
 
 // One completion channel in the reactor: its fd, the CQs watched on it.
 class ChannelSource final : public Source {
  public:
-  ChannelSource(Reactor& reactor, ibv_comp_channel* channel, int original_flags)
-      : Source(channel->fd, original_flags), reactor_(reactor), channel_(channel) {}
+  ChannelSource(const std::shared_ptr<Reactor>& reactor, ibv_comp_channel* channel,
+                int original_flags)
+      : Source(channel->fd, original_flags),
+        reactor_(*reactor),
+        owner_(reactor),
+        process_(reactor->process()),
+        channel_(channel) {}
 
   void serve(std::uint32_t revents) noexcept override;
+
+  // A CQ's watch released: see CqEntry::release.
+  void leave(CqEntry& entry) noexcept;
 
   // Taken around ibv_get_cq_event and the ack count, and by a release, so
   // that a release sees every event read for its CQ and acks it.
@@ -199,7 +249,9 @@ class ChannelSource final : public Source {
  private:
   std::shared_ptr<CqEntry> take_event() noexcept;
 
-  Reactor& reactor_;
+  Reactor& reactor_;                  // while it serves
+  const std::weak_ptr<Reactor> owner_;  // for a release, which may come later
+  const OwningProcess process_;
   ibv_comp_channel* const channel_;
 };
 
@@ -207,18 +259,26 @@ class ChannelSource final : public Source {
 // serve just that CQ. The channel's hold on it (its ChannelCqs) aliases this
 // allocation, and ends when the CQ's watch is released.
 struct ChannelWithFirstCq {
-  ChannelWithFirstCq(Reactor& reactor, ibv_comp_channel* channel, int original_flags, ibv_cq* cq,
-                     CompletionHandler handler, CompletionOptions options)
+  ChannelWithFirstCq(const std::shared_ptr<Reactor>& reactor, ibv_comp_channel* channel,
+                     int original_flags, ibv_cq* cq, CompletionHandler handler,
+                     CompletionOptions options)
       : source(reactor, channel, original_flags),
-        first(reactor, cq, std::move(handler), std::move(options)) {}
+        first(*reactor, source, cq, std::move(handler), std::move(options)) {}
   ChannelSource source;
   CqEntry first;
 };
 
-// Below watch_completions, which makes the handle that calls it.
-void stop_watching(const std::shared_ptr<Reactor>& reactor,
-                   const std::shared_ptr<ChannelSource>& source, CqEntry& entry,
-                   const OwningProcess& process) noexcept;
+// A CQ joining a channel that serves others already: it keeps the channel,
+// which may leave the reactor (the Dispatcher gone) before the CQ's watch is
+// released, and which the release still takes the CQ off.
+struct JoinedCq {
+  JoinedCq(Reactor& reactor, std::shared_ptr<ChannelSource> channel, ibv_cq* cq,
+           CompletionHandler handler, CompletionOptions options)
+      : source(std::move(channel)),
+        entry(reactor, *source, cq, std::move(handler), std::move(options)) {}
+  const std::shared_ptr<ChannelSource> source;
+  CqEntry entry;
+};
 
 // --- One completion's path ---
 
@@ -242,7 +302,7 @@ void ChannelSource::serve(std::uint32_t) noexcept {
   std::uint64_t drained_early = 0;
   if (only_cq) {
     if (const auto entered = only_cq->guard().enter()) {
-      drained_early = only_cq->drain(only_cq->options().budget);
+      drained_early = only_cq->drain(only_cq->settings().budget);
     }
   }
   for (unsigned i = 0; i < events_to_read && !guard().closed(); ++i) {
@@ -290,7 +350,7 @@ std::shared_ptr<CqEntry> ChannelSource::take_event() noexcept {
     }
     CqEntry& entry = *found;
     bump(entry.stats().events);
-    if (++entry.unacked >= entry.options().ack_batch) {
+    if (++entry.unacked >= entry.settings().ack_batch) {
       ibv_ack_cq_events(cq, entry.unacked);
       entry.unacked = 0;
       bump(entry.stats().ack_calls);
@@ -317,9 +377,9 @@ std::shared_ptr<CqEntry> ChannelSource::take_event() noexcept {
 // and comes back without sleeping (the kernel's cq.c requeues its poll
 // work the same way). `drained`: completions taken for this event already.
 void CqEntry::serve_turn(std::uint64_t drained, bool for_event) noexcept {
-  const std::uint64_t budget = options_.budget;
-  const auto poll_budget = options_.poll_budget;
-  const bool adaptive = options_.mode == CompletionMode::kAdaptive;
+  const std::uint64_t budget = settings_.budget;
+  const auto poll_budget = settings_.poll_budget;
+  const bool adaptive = settings_.adaptive;
   drained += drain(budget - std::min(drained, budget));
   if (adaptive && test_seams::adaptive_turn_drained != nullptr) {
     test_seams::adaptive_turn_drained(cq_, drained);
@@ -351,7 +411,7 @@ void CqEntry::serve_turn(std::uint64_t drained, bool for_event) noexcept {
     }
   }
   if (watched()) {
-    if (const int rc = ibv_req_notify_cq(cq_, options_.solicited_only ? 1 : 0); rc != 0) {
+    if (const int rc = ibv_req_notify_cq(cq_, settings_.solicited_only ? 1 : 0); rc != 0) {
       report(Failure::verb_failed("ibv_req_notify_cq", rc));
     }
     if (adaptive && test_seams::adaptive_cq_armed != nullptr) test_seams::adaptive_cq_armed(cq_);
@@ -371,7 +431,7 @@ std::uint64_t CqEntry::drain(std::uint64_t limit) noexcept {
   std::array<ibv_wc, 256> wcs;  // hand_over takes ibev's own out of it
   std::uint64_t drained = 0;
   while (drained < limit && watched()) {
-    const auto want = std::min<std::uint64_t>(options_.poll_batch, limit - drained);
+    const auto want = std::min<std::uint64_t>(settings_.poll_batch, limit - drained);
     const int n = ibv_poll_cq(cq_, static_cast<int>(want), wcs.data());
     if (n < 0) {
       report(Failure::verb_failed("ibv_poll_cq", -n));
@@ -393,13 +453,13 @@ void CqEntry::hand_over(ibv_wc* wcs, std::size_t n) noexcept {
   bump(stats_.completions, n);
   bump(reactor_.stats().work_completions, n);
   if (!taken.empty()) bump(stats_.markers, taken.size());
-  if (!options_.executor) {
+  if (!settings_.executor) {
     if (n > 0) call_handler(CompletionBatch{cq_, wcs, n});
     for (const auto& [taker, wc] : taken) call_taker(taker, wc);
     return;
   }
   hand_to(
-      options_.executor,
+      *settings_.executor,
       [&] {
         return [self = self_.lock(), copy = std::vector<ibv_wc>(wcs, wcs + n),
                 taken = std::move(taken)]() noexcept {
@@ -548,10 +608,12 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
           "Dispatcher::watch_completions: the channel's fd is watched as another source");
     }
     if (source) {
-      entry = std::make_shared<CqEntry>(*reactor, cq, std::move(handler), std::move(options));
+      auto joined =
+          std::make_shared<JoinedCq>(*reactor, source, cq, std::move(handler), std::move(options));
+      entry = std::shared_ptr<CqEntry>(joined, &joined->entry);
     } else {
       auto both =
-          std::make_shared<ChannelWithFirstCq>(*reactor, channel, make_nonblocking(channel->fd), cq,
+          std::make_shared<ChannelWithFirstCq>(reactor, channel, make_nonblocking(channel->fd), cq,
                                                std::move(handler), std::move(options));
       source = std::shared_ptr<ChannelSource>(both, &both->source);
       entry = std::shared_ptr<CqEntry>(both, &both->first);
@@ -571,11 +633,7 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
     }
   }
 
-  Handle handle([weak = std::weak_ptr<Reactor>(reactor),
-                 weak_source = std::weak_ptr<ChannelSource>(source), entry,
-                 process = reactor->process()]() noexcept {
-    stop_watching(weak.lock(), weak_source.lock(), *entry, process);
-  });
+  Handle handle(std::move(entry));
 
   // Armed before the caller can make any completion arrive.
   if (const int rc = ibv_req_notify_cq(cq, solicited_only ? 1 : 0); rc != 0) {
@@ -585,18 +643,17 @@ Handle watch_completions(const std::shared_ptr<Reactor>& reactor, ibv_cq* cq,
   return handle;
 }
 
-namespace {
-
 // A CQ's watch released: no turn of it starts again; it leaves its channel,
 // whose events read for it are acked (so that ibv_destroy_cq does not wait),
 // whether or not the Dispatcher still exists (gone, its thread is joined
 // and nothing else counts); with its channel's last CQ the channel leaves
 // the reactor. Then it waits for a turn in progress (unless this is it).
-void stop_watching(const std::shared_ptr<Reactor>& reactor,
-                   const std::shared_ptr<ChannelSource>& source, CqEntry& entry,
-                   const OwningProcess& process) noexcept {
-  if (process.inherited()) return;  // a forked child's copy: inert
+void CqEntry::release() noexcept { channel_.leave(*this); }
+
+void ChannelSource::leave(CqEntry& entry) noexcept {
+  if (process_.inherited()) return;  // a forked child's copy: inert
   entry.guard().close();
+  const std::shared_ptr<Reactor> reactor = owner_.lock();
   // Every event read for this CQ was counted in `unacked`.
   const auto ack_leftovers = [&entry] {
     if (entry.unacked == 0) return false;
@@ -610,21 +667,17 @@ void stop_watching(const std::shared_ptr<Reactor>& reactor,
   {
     std::unique_lock<std::mutex> lock;
     if (reactor) lock = std::unique_lock<std::mutex>(reactor->mutex());
-    if (source) {
-      // Leaving the channel also ends the channel's hold on its first
-      // CQ, which shares the channel's allocation: this runs whether or
-      // not the Dispatcher is still there.
-      std::lock_guard<std::mutex> channel_lock(source->mutex);
-      source->cqs.erase(entry.cq());
-      if (ack_leftovers() && reactor) bump(reactor->stats().cq_ack_calls);
-      // The last CQ of the channel: stop watching the channel, so that it
-      // can be destroyed. A CQ watched on it later adds it again.
-      if (reactor && source->cqs.empty()) {
-        retired = reactor->take_locked(source->id());
-        if (retired && !reactor->retire_locked(*retired)) closed_behind_our_back = true;
-      }
-    } else {
-      ack_leftovers();
+    // Leaving the channel also ends the channel's hold on its first CQ,
+    // which shares the channel's allocation: this runs whether or not the
+    // Dispatcher is still there.
+    std::lock_guard<std::mutex> channel_lock(mutex);
+    cqs.erase(entry.cq());
+    if (ack_leftovers() && reactor) bump(reactor->stats().cq_ack_calls);
+    // The last CQ of the channel: stop watching the channel, so that it can
+    // be destroyed. A CQ watched on it later adds it again.
+    if (reactor && cqs.empty()) {
+      retired = reactor->take_locked(id());
+      if (retired && !reactor->retire_locked(*retired)) closed_behind_our_back = true;
     }
   }
   if (closed_behind_our_back) reactor->report_closed_fd(*retired);
@@ -634,8 +687,6 @@ void stop_watching(const std::shared_ptr<Reactor>& reactor,
   entry.guard().wait_idle();
   if (retired) retired->guard().wait_idle();
 }
-
-}  // namespace
 
 Handle take_completion(Reactor& reactor, ibv_cq* cq, std::uint32_t qp_num, std::uint64_t wr_id,
                        std::function<void(const ibv_wc&)> taken) {

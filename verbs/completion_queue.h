@@ -57,7 +57,7 @@ class CompletionChannel : public detail::Closeable {
 
  private:
   std::shared_ptr<Device> device_;
-  detail::Owned<ibv_comp_channel, ibv_destroy_comp_channel, detail::kDestroyCompChannel>
+  detail::Owned<ibv_comp_channel, ibv_destroy_comp_channel, detail::kDestroyCompChannel, 0>
       channel_;
 };
 
@@ -119,9 +119,10 @@ class CompletionQueue : public detail::Closeable {
   const CompletionMode mode_;
   const std::weak_ptr<Dispatcher> served_by_;  // empty for kPolled
   // Before cq_: destroyed after it.
-  detail::Owned<ibv_comp_channel, ibv_destroy_comp_channel, detail::kDestroyCompChannel>
+  detail::Owned<ibv_comp_channel, ibv_destroy_comp_channel, detail::kDestroyCompChannel, 0>
       own_channel_;
-  detail::Owned<ibv_cq, ibv_destroy_cq, detail::kDestroyCq> cq_;
+  // Its event handler and its completions' watch.
+  detail::Owned<ibv_cq, ibv_destroy_cq, detail::kDestroyCq, 2> cq_;
 };
 
 }  // namespace ibev

@@ -160,8 +160,7 @@ struct HealthShared : std::enable_shared_from_this<HealthShared> {
     const std::shared_ptr<Device>& device = connection->device();
     Registry& events = device->registry();
     std::vector<Handle> heard;
-    heard.push_back(events.attach(raw, qp_causes, listener));
-    heard.push_back(events.attach(raw->context, ObjectNumber{ElementKind::kQp, raw->qp_num},
+    heard.push_back(events.attach(raw->context, ObjectNumber{ElementKind::kQp, raw->qp_num}, raw,
                                   qp_causes, listener));
     EventFilter device_causes{IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_DEVICE_FATAL};
     heard.push_back(device->on_event(device_causes.on_port(on_port), listener));

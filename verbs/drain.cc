@@ -183,7 +183,7 @@ bool poll_for_markers(std::vector<PolledMarker> markers, std::uint32_t qp_num,
 
 }  // namespace
 
-MarkerPoll start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events,
+MarkerPoll start_drain(ibv_qp* qp, const QueuePairParents& parents, Dispatcher& events,
                        DrainedQueues queues, const DrainOptions& options, DrainDone done,
                        const std::function<void(const std::shared_ptr<Drain>&)>& track) {
   if (qp->qp_type == IBV_QPT_UD) {

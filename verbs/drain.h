@@ -66,7 +66,7 @@ struct MarkerPoll {
 // Throws (and `done` never runs) when it cannot start.
 // `track`: told of the drain once it exists, before its verbs, so that a
 // close() can end it; it throws to refuse (the QP is closing).
-MarkerPoll start_drain(ibv_qp* qp, const QueuePairOptions& parents, Dispatcher& events,
+MarkerPoll start_drain(ibv_qp* qp, const QueuePairParents& parents, Dispatcher& events,
                        DrainedQueues queues, const DrainOptions& options, DrainDone done,
                        const std::function<void(const std::shared_ptr<Drain>&)>& track = {});
 

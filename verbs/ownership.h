@@ -2,7 +2,8 @@
 // one teardown they all share.
 //
 // Owned<T> holds the object and the Handles that serve it (its event handler,
-// its completions). close() releases the handles, newest first (completions
+// its completions: at most `Served`, held inline, since a wrapper is made per
+// QP and CQ). close() releases the handles, newest first (completions
 // before the event handler: a release acks what it read, so the destroy verb
 // never blocks on ibev), then destroys the object, as pyverbs' close() does.
 // It is idempotent, and the destructor calls it. A destroy verb that fails
@@ -29,12 +30,15 @@
 
 #include <infiniband/verbs.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
@@ -55,8 +59,10 @@ void report_destroy_failure(Registry* registry, ibv_context* device, const char*
 // Throws std::system_error(ENODEV) naming `verb`: the object was closed.
 [[noreturn]] void throw_closed(const char* verb);
 
-template <typename T, int (*Destroy)(T*), const char* Verb>
+template <typename T, int (*Destroy)(T*), const char* Verb, std::size_t Served = 1>
 class Owned {
+  static_assert(Served <= 255, "served_ counts them in a byte");
+
  public:
   Owned() noexcept = default;
   // `registry` receives a failing destroy; null: stderr.
@@ -74,7 +80,12 @@ class Owned {
     if (object == nullptr) throw_closed(verb);
     return object;
   }
-  void serve_with(Handle handle) { handles_.push_back(std::move(handle)); }
+  // Throws std::logic_error when `Served` handles are held already: a
+  // wrapper that serves its object more ways says so in its Owned's type.
+  void serve_with(Handle handle) {
+    if (served_ == Served) throw std::logic_error(std::string(Verb) + ": no room to serve it");
+    handles_[served_++] = std::move(handle);
+  }
   // True in a child forked after the object was made: it is the parent's.
   // Asked of the kernel: a destroy verb follows the answer.
   bool inherited() const noexcept { return process_.inherited_now(); }
@@ -82,19 +93,19 @@ class Owned {
   // Gives the object up without destroying it, its handles released first:
   // the caller destroys it (a QP draining before its destroy).
   T* release() noexcept {
-    for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) it->release();
-    handles_.clear();
+    release_handles();
     return object_.exchange(nullptr, std::memory_order_acq_rel);
   }
 
   void close() noexcept {
-    if (inherited()) {
+    if (inherited() && served_ > 0) {
       // The parent's threads may have held any lock a release would take
       // when the child was forked: its handles are let go of unreleased.
-      static_cast<void>(std::make_unique<std::vector<Handle>>(std::move(handles_)).release());
+      static_cast<void>(
+          std::make_unique<std::array<Handle, Served>>(std::move(handles_)).release());
+      served_ = 0;
     }
-    for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) it->release();
-    handles_.clear();
+    release_handles();
     T* object = object_.exchange(nullptr, std::memory_order_acq_rel);
     if (object != nullptr && !inherited()) {
       if (const int rc = Destroy(object); rc != 0) {
@@ -104,10 +115,15 @@ class Owned {
   }
 
  private:
+  void release_handles() noexcept {
+    while (served_ > 0) handles_[--served_].release();
+  }
+
   std::atomic<T*> object_{nullptr};
   ibv_context* device_ = nullptr;
   Registry* registry_ = nullptr;
-  std::vector<Handle> handles_;
+  std::array<Handle, Served> handles_;
+  std::uint8_t served_ = 0;
   OwningProcess process_;
 };
 

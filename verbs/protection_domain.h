@@ -43,7 +43,7 @@ class ProtectionDomain : public detail::Closeable {
 
  private:
   std::shared_ptr<Device> device_;
-  detail::Owned<ibv_pd, ibv_dealloc_pd, detail::kDeallocPd> pd_;
+  detail::Owned<ibv_pd, ibv_dealloc_pd, detail::kDeallocPd, 0> pd_;
 };
 
 // A registered memory region. The memory itself stays the caller's and must
@@ -71,7 +71,7 @@ class MemoryRegion : public detail::Closeable {
 
  private:
   std::shared_ptr<ProtectionDomain> pd_;
-  detail::Owned<ibv_mr, ibv_dereg_mr, detail::kDeregMr> mr_;
+  detail::Owned<ibv_mr, ibv_dereg_mr, detail::kDeregMr, 0> mr_;
 };
 
 }  // namespace ibev

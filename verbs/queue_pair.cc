@@ -48,7 +48,7 @@ int rc_init(const ConnectOptions& options, ibv_qp_attr& init) {
 // what it needs stays alive, and Device::close() can still reach it.
 class DrainingQp : public detail::Closeable {
  public:
-  DrainingQp(ibv_qp* qp, std::shared_ptr<ProtectionDomain> pd, QueuePairOptions parents)
+  DrainingQp(ibv_qp* qp, std::shared_ptr<ProtectionDomain> pd, detail::QueuePairParents parents)
       : pd_(std::move(pd)),
         parents_(std::move(parents)),
         qp_(qp, qp->context, &pd_->device()->registry()) {}
@@ -57,8 +57,8 @@ class DrainingQp : public detail::Closeable {
 
  private:
   const std::shared_ptr<ProtectionDomain> pd_;
-  const QueuePairOptions parents_;  // its CQs and SRQ
-  detail::Owned<ibv_qp, ibv_destroy_qp, detail::kDestroyQp> qp_;
+  const detail::QueuePairParents parents_;
+  detail::Owned<ibv_qp, ibv_destroy_qp, detail::kDestroyQp, 0> qp_;
 };
 
 }  // namespace
@@ -92,14 +92,10 @@ std::shared_ptr<QueuePair> QueuePair::create(std::shared_ptr<ProtectionDomain> p
   auto queue_pair = std::make_shared<QueuePair>(Token{}, pd, std::move(options), qp);
   if (on_event) {
     // By its number too: what names a QP without its address (a DevX
-    // event, an injected ObjectNumber) reaches the same handler, one object
-    // (a handler with state has one state).
-    Registry& registry = device->registry();
-    const auto handler = std::make_shared<const Handler>(std::move(on_event));
-    const Handler calls_it = [handler](const Event& event) { (*handler)(event); };
-    queue_pair->qp_.serve_with(registry.attach(
-        qp->context, ObjectNumber{ElementKind::kQp, qp->qp_num}, EventFilter{}, calls_it));
-    queue_pair->qp_.serve_with(registry.attach(qp, calls_it));
+    // event, an injected ObjectNumber) reaches the same handler.
+    queue_pair->qp_.serve_with(device->registry().attach(
+        qp->context, ObjectNumber{ElementKind::kQp, qp->qp_num}, qp, EventFilter{},
+        std::move(on_event)));
   }
   device->track(queue_pair);
   return queue_pair;
@@ -108,15 +104,17 @@ std::shared_ptr<QueuePair> QueuePair::create(std::shared_ptr<ProtectionDomain> p
 QueuePair::QueuePair(Token, std::shared_ptr<ProtectionDomain> pd, Options options,
                      ibv_qp* qp)
     : pd_(std::move(pd)),
-      parents_(std::move(options)),
-      psn_(parents_.psn ? *parents_.psn : random_psn()),
+      parents_{std::move(options.send_cq), std::move(options.recv_cq), std::move(options.srq)},
+      psn_chosen_(options.psn.has_value()),
+      drain_on_destroy_(options.drain_on_destroy),
+      psn_(options.psn ? *options.psn : random_psn()),
       qp_(qp, qp->context, &pd_->device()->registry()) {}
 
 // With drain_on_destroy, and a device still there, the QP drains first and
 // the dispatching thread destroys it when its markers have come (or the
 // drain's timeout passed). A kPolled CQ is polled here, bounded.
 QueuePair::~QueuePair() {
-  if (!parents_.drain_on_destroy || qp_.get() == nullptr || qp_.inherited() ||
+  if (!drain_on_destroy_ || qp_.get() == nullptr || qp_.inherited() ||
       pd_->device()->loss() != DeviceLoss::kNone) {
     return;  // qp_ destroys it at once (in a forked child: forgets it)
   }
@@ -262,7 +260,7 @@ void QueuePair::reset() {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RESET;
   modify(attr, IBV_QP_STATE, "ibv_modify_qp(RESET)");
-  if (!parents_.psn) psn_.store(random_psn(), std::memory_order_relaxed);
+  if (!psn_chosen_) psn_.store(random_psn(), std::memory_order_relaxed);
 }
 
 void QueuePair::drain_send_queue() {

@@ -123,6 +123,15 @@ struct DrainReport {
 };
 
 namespace detail {
+// What a QP keeps alive of what it was made on (QueuePairOptions's), and
+// what a drain waits on: not the rest of its options, since a QueuePair is
+// made per connection.
+struct QueuePairParents {
+  std::shared_ptr<CompletionQueue> send_cq;
+  std::shared_ptr<CompletionQueue> recv_cq;
+  std::shared_ptr<SharedReceiveQueue> srq;
+};
+
 // The three modify_qp steps of an RC connection: attributes and masks.
 struct RcTransitions {
   ibv_qp_attr init{};
@@ -245,7 +254,9 @@ class QueuePair : public detail::Closeable {
                              const DrainOptions& options);
 
   std::shared_ptr<ProtectionDomain> pd_;
-  Options parents_;  // the CQs and SRQ, kept alive
+  const detail::QueuePairParents parents_;  // kept alive
+  const bool psn_chosen_;                   // QueuePairOptions::psn was set
+  const bool drain_on_destroy_;
   std::atomic<std::uint32_t> psn_;  // reset() draws a new one
   // Held by a drain while it is in its verbs: close() waits for it.
   detail::CallGuard drain_verbs_;

@@ -187,6 +187,31 @@ BOOST_AUTO_TEST_CASE(an_object_attached_by_number_hears_events_naming_that_numbe
   BOOST_TEST(f.registry.counters(&f.device_a).for_code(IBV_EVENT_QP_FATAL).unclaimed == 1u);
 }
 
+// Attached both ways at once (what a QueuePair made with a handler is): one
+// handler, so one state, hears the events that name the QP by its address
+// and those that name it by its number, each once; one release takes it out
+// of both, and a second handler on either key is untouched by it.
+BOOST_AUTO_TEST_CASE(an_object_attached_both_ways_hears_either_name_through_one_handle) {
+  Fixture f;
+  const ibev::ObjectNumber qp17{ElementKind::kQp, 17};
+  int heard = 0;
+  Handle both =
+      f.registry.attach(&f.device_a, qp17, &f.qp2, EventFilter{}, [&](const Event&) { ++heard; });
+  Handle other = f.registry.attach(&f.device_a, qp17, EventFilter{}, f.count("by-number"));
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, &f.qp2)) == 2u);
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_COMM_EST, qp17)) == 2u);
+  BOOST_TEST(heard == 2);
+  BOOST_TEST(f.calls["qp2"] == 1);       // the Fixture's own, by address
+  BOOST_TEST(f.calls["by-number"] == 1);
+
+  both.release();
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_QP_FATAL, &f.qp2)) == 1u);
+  BOOST_TEST(f.registry.route(Event::synthesize(&f.device_a, IBV_EVENT_COMM_EST, qp17)) == 1u);
+  BOOST_TEST(heard == 2);
+  BOOST_TEST(f.calls["qp2"] == 2);
+  BOOST_TEST(f.calls["by-number"] == 2);
+}
+
 // A device forgotten (closed) and one opened later at its address (a re-added
 // device, whose QP numbers start over): the old device's number handlers
 // never hear the new one's events, though their handles are still held.
@@ -696,6 +721,28 @@ BOOST_AUTO_TEST_CASE(null_objects_and_handlers) {
                               EventFilter{IBV_EVENT_SRQ_ERR}, noop);
       },
       "never reaches a qp handler");
+  // Both ways at once: either key's faults.
+  expect_invalid(
+      [&] {
+        (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kQp, 1}, nullptr, {}, noop);
+      },
+      "Registry::attach(ibv_context*, ObjectNumber, address): the object is null");
+  expect_invalid(
+      [&] {
+        (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kQp, 1},
+                              reinterpret_cast<char*>(&qp) + 1, {}, noop);
+      },
+      "the object's address is not 8-aligned");
+  expect_invalid(
+      [&] {
+        (void)registry.attach(nullptr, ibev::ObjectNumber{ElementKind::kQp, 1}, &qp, {}, noop);
+      },
+      "the device is null");
+  expect_invalid(
+      [&] {
+        (void)registry.attach(&device, ibev::ObjectNumber{ElementKind::kQp, 1}, &qp, {}, {});
+      },
+      "the handler is empty");
 }
 
 // Keys pack an object's kind into its address's low bits (rdma-core objects

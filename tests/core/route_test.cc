@@ -292,3 +292,43 @@ BOOST_AUTO_TEST_CASE(an_entered_call_is_left_on_every_way_out) {
   guard.wait_idle();  // returns: nothing is entered
   BOOST_TEST(!static_cast<bool>(guard.enter()));
 }
+
+// A Handle made from a function: it runs once, on release() or at the end,
+// and never again; moving hands it over without running it; the function may
+// be move-only (here it holds another Handle, released with it); an empty
+// one makes an inactive Handle, which releases nothing.
+BOOST_AUTO_TEST_CASE(a_handle_from_a_function_releases_once) {
+  int ran = 0;
+  {
+    Handle handle([&ran]() noexcept { ++ran; });
+    BOOST_TEST(handle.active());
+    Handle moved = std::move(handle);
+    BOOST_TEST(!handle.active());  // NOLINT(bugprone-use-after-move): moved from, by design
+    BOOST_TEST(ran == 0);
+    moved.release();
+    BOOST_TEST(ran == 1);
+    BOOST_TEST(!moved.active());
+    moved.release();
+  }
+  BOOST_TEST(ran == 1);
+
+  int inner_ran = 0;
+  {
+    Handle inner([&inner_ran]() noexcept { ++inner_ran; });
+    Handle outer([held = std::move(inner), &ran]() mutable noexcept {
+      ++ran;
+      held.release();
+    });
+    BOOST_TEST(inner_ran == 0);
+  }
+  BOOST_TEST(ran == 2);
+  BOOST_TEST(inner_ran == 1);
+
+  BOOST_TEST(!Handle(std::function<void()>{}).active());
+  void (*none)() = nullptr;
+  BOOST_TEST(!Handle(none).active());
+  Handle assigned([&ran]() noexcept { ++ran; });
+  assigned = Handle(std::function<void()>{});  // releases the first
+  BOOST_TEST(ran == 3);
+  BOOST_TEST(!assigned.active());
+}

@@ -6,6 +6,7 @@ with Label() so that they name ibev's own targets, not the caller's.
 """
 
 _RUNNER = Label("//tools/softroce:softroce_run.sh")
+_EACH = Label("//tools/softroce:run_each.sh")
 _GUEST_FILES = Label("//tools/softroce:guest_files")
 _BOOST_TEST = Label("//third_party:boost_test")
 
@@ -50,5 +51,39 @@ def softroce_cc_test(name, srcs, deps, devices = 1, args = [], data = [], **kwar
         devices = devices,
         args = args,
         data = data,
+        **kwargs
+    )
+
+def softroce_cc_binary(name, srcs, deps):
+    """A Boost.Test cc_binary for a softroce_suite."""
+    native.cc_binary(
+        name = name,
+        testonly = True,
+        srcs = srcs,
+        deps = deps + [_BOOST_TEST],
+    )
+
+def softroce_suite(name, binaries, devices = 1, **kwargs):
+    """One softroce_test running several test binaries in turn, in one VM.
+
+    A VM boot costs more than most soft-RoCE tests themselves under TCG: a
+    suite of small tests pays for one. Put in a suite only tests that leave
+    the devices as they found them (a test that flaps a link or re-adds a
+    device restores it), and whose time together stays well inside the VM's
+    timeout in the slowest configuration (TSan). One failure fails the
+    suite; its log names the binary.
+
+    Args:
+      name: the suite's name.
+      binaries: softroce_cc_binary labels, run in this order.
+      devices: as softroce_test's.
+      **kwargs: passed to softroce_test.
+    """
+    softroce_test(
+        name = name,
+        binary = _EACH,
+        devices = devices,
+        args = ["$(rootpath %s)" % b for b in binaries],
+        data = binaries,
         **kwargs
     )

@@ -65,7 +65,8 @@ PROGRAM sees IBEV_TEST_DEVICE (rxe0), IBEV_TEST_NETDEV, IBEV_TEST_ADDRESS
 (fd00::1), and with two devices IBEV_TEST_DEVICE2, IBEV_TEST_NETDEV2,
 IBEV_TEST_ADDRESS2. Environment: IBEV_SOFTROCE=auto|host|vm,
 IBEV_KERNEL=6.1|6.12, IBEV_VM_TIMEOUT (seconds, default 240), IBEV_VM_CPUS
-(default 1), IBEV_CACHE (default /var/cache/ibev).
+(default 1), IBEV_CACHE (default /var/cache/ibev), IBEV_VM_KEEP (a folder
+PROGRAM's TEST_TMPDIR is copied to when it ends).
 
 Exit status: PROGRAM's; 1 when the VM could not be made or did not finish,
 or for a usage error; 97 when the rxe devices could not be made; 98 when the
@@ -200,25 +201,40 @@ write_job() {
     # out shows where it was.
     printf 'export BOOST_TEST_LOGGER=%q\n' "HRF,unit_scope,stdout:JUNIT,message,$results/junit.xml"
     printf 'cd %q || { echo "softroce: cannot enter the working directory %q" >&2; exit 98; }\n' "$PWD" "$PWD"
-    # A test still running this long after the guest booted (roughly when
-    # the host's timeout started counting) is ended, after every thread's stack
-    # is written to the log, before the host's own timeout kills the VM with
-    # nothing said: the next hang names itself.
+    # A test still running this long after the VM started (when the host's
+    # timeout started counting) is ended, after every thread's stack is
+    # written to the log, before the host's own timeout kills the VM with
+    # nothing said: the next hang names itself. The deadline is the host's
+    # clock's, which the guest's is (read from the RTC at boot), not the
+    # guest's uptime: a boot slowed by a loaded host would otherwise eat
+    # the dump's margin.
     printf 'stacks_after=%q\n' "$(stacks_after)"
+    printf 'deadline=%q\n' "$(($(date +%s) + $(stacks_after)))"
     # gdb gets half the margin, so that the dump is written before the host's
     # timeout ends the VM.
     printf 'gdb_for=%q\n' "$(($(stacks_margin) / 2))"
     cat <<'WATCH'
+# The test and every process it started (a suite runs its binaries as
+# children), parents first.
+family() {
+  local child
+  echo "$1"
+  for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do family "$child"; done
+}
 dump_stacks() {
-  echo "softroce: the test still runs ${stacks_after}s after boot; every thread's stack:"
-  local task
-  for task in /proc/"$1"/task/*; do
-    echo "-- thread ${task##*/} ($(cat "$task/comm" 2>/dev/null)), kernel stack:"
-    cat "$task/stack" 2>/dev/null
+  echo "softroce: the test still runs ${stacks_after}s after the VM started; every thread's stack:"
+  local pid task pids
+  pids=$(family "$1")
+  for pid in $pids; do
+    for task in /proc/"$pid"/task/*; do
+      echo "-- thread ${task##*/} ($(cat "$task/comm" 2>/dev/null)), kernel stack:"
+      cat "$task/stack" 2>/dev/null
+    done
   done
+  # gdb for the youngest: the test binary itself, not a suite's shell.
   if command -v gdb >/dev/null; then
-    timeout "$gdb_for" gdb -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' -p "$1" 2>&1 |
-      grep -vE '^\[(New LWP|Thread debugging|Inferior)'
+    timeout "$gdb_for" gdb -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' \
+      -p "$(tail -n 1 <<<"$pids")" 2>&1 | grep -vE '^\[(New LWP|Thread debugging|Inferior)'
   fi
 }
 WATCH
@@ -229,15 +245,22 @@ WATCH
     cat <<'WATCH'
 test_pid=$!
 (
-  up=$(cut -d. -f1 /proc/uptime)
-  sleep $((stacks_after > up ? stacks_after - up : 1)) &
+  now=$(date +%s)
+  if ((now < deadline - stacks_after - 300 || now > deadline + 300)); then
+    # The guest's clock is not the host's: count from its boot instead.
+    up=$(cut -d. -f1 /proc/uptime)
+    wait_s=$((stacks_after > up ? stacks_after - up : 1))
+  else
+    wait_s=$((deadline > now ? deadline - now : 1))
+  fi
+  sleep "$wait_s" &
   sleeper=$!
   trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
   wait "$sleeper"
   # Ended whatever the dump says (gdb may be cut off by its timeout).
   if kill -0 "$test_pid" 2>/dev/null; then
     dump_stacks "$test_pid"
-    kill -9 "$test_pid"
+    kill -9 $(family "$test_pid") 2>/dev/null
   fi
 ) &
 watcher=$!
@@ -261,6 +284,15 @@ stacks_after() {
   local margin
   margin=$(stacks_margin)
   echo $((timeout_s > margin + 5 ? timeout_s - margin : 5))
+}
+
+# IBEV_VM_KEEP=DIR: what the program wrote to its TEST_TMPDIR is copied to
+# DIR when it ends (the guest sees the host's files read-only, and the run's
+# folder goes with the run): a benchmark's samples.
+keep_outputs() {
+  if [[ -n ${IBEV_VM_KEEP:-} && -d $1/tmp ]]; then
+    mkdir -p "$IBEV_VM_KEEP" && cp -r "$1/tmp/." "$IBEV_VM_KEEP/"
+  fi
 }
 
 # Hands a JUnit report to Bazel, which otherwise writes its own test.xml.
@@ -290,6 +322,7 @@ run_on_host() {
   ip netns exec "$netns" rdma link delete rxe1 2>/dev/null
   ip netns delete "$netns" 2>/dev/null
   keep_junit "$work"
+  keep_outputs "$work"
   return "$rc"
 }
 
@@ -351,6 +384,7 @@ run_in_vm() {
 
   [[ -f $results/job.log ]] && cat "$results/job.log"
   keep_junit "$results"
+  keep_outputs "$results"
   if [[ -f $results/job_rc ]]; then
     local rc
     rc=$(cat "$results/job_rc")

@@ -1,7 +1,9 @@
 #include "bench/harness.h"
 
+#include <fcntl.h>
 #include <net/if.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -9,10 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 namespace bench {
@@ -77,6 +81,8 @@ Args parse(int argc, char** argv) {
       args.channels = std::stoi(value);
     else if (key == "--load")
       args.load = std::stoi(value);
+    else if (key == "--load-rate")
+      args.load_rate = std::stoi(value);
     else if (key == "--turn-budget")
       args.turn_budget = static_cast<unsigned>(std::stoul(value));
     else if (key == "--rounds")
@@ -225,7 +231,7 @@ void Side::post_recv(int count) {
   }
 }
 
-void Side::send() {
+bool Side::send() {
   const auto every = static_cast<std::uint64_t>(args.signal_every);
   ibv_sge sge{reinterpret_cast<std::uintptr_t>(buffer.data()),
               static_cast<std::uint32_t>(args.size), mr->lkey()};
@@ -234,10 +240,13 @@ void Side::send() {
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
   if (args.size <= args.inline_bytes) wr.send_flags = IBV_SEND_INLINE;
-  if (++sends % every == 0) wr.send_flags |= IBV_SEND_SIGNALED;
+  const bool signaled = ++sends % every == 0;
+  if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
   check(ibv_post_send(qp->get(), &wr, &bad), "ibv_post_send");
-  if (send_cq->mode() != ibev::CompletionMode::kPolled || sends % every != every / 2) return;
+  if (send_cq->mode() != ibev::CompletionMode::kPolled || sends % every != every / 2) {
+    return signaled;
+  }
   std::array<ibv_wc, 16> wcs;
   const int n = ibv_poll_cq(send_cq->get(), 16, wcs.data());
   for (int i = 0; i < n; ++i) {
@@ -246,6 +255,7 @@ void Side::send() {
       std::exit(4);
     }
   }
+  return signaled;
 }
 
 Peer::Peer(const Args& args) {
@@ -319,6 +329,20 @@ double Distribution::at(double quantile) const {
   return values_[std::min(values_.size() - 1, index)];
 }
 
+bool Distribution::supports(double quantile) const {
+  if (quantile >= 1) return false;
+  // Less a tolerance: in binary, 1 - 0.9 is a little under 0.1, and 100
+  // samples must support p90.
+  return static_cast<double>(values_.size()) >= 10 / (1 - quantile) - 1e-6;
+}
+
+std::string Distribution::text_at(double quantile) const {
+  if (!supports(quantile)) return "na";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", at(quantile));
+  return text;
+}
+
 double Distribution::mean() const {
   if (values_.empty()) return 0;
   return std::accumulate(values_.begin(), values_.end(), 0.0) / static_cast<double>(values_.size());
@@ -329,6 +353,146 @@ void Distribution::write(const std::string& path) const {
   if (out == nullptr) check(errno, "fopen");
   for (double v : values_) std::fprintf(out, "%.2f\n", v);
   std::fclose(out);
+}
+
+// --- raw-floor's loop (harness.h) ---
+
+// A channel's slot, what its epoll_event's data.ptr points at: its CQs,
+// [first, last) in FloorLoop's array, sorted by address.
+struct FloorLoop::Channel {
+  ibv_comp_channel* channel = nullptr;
+  FloorCq* first = nullptr;
+  FloorCq* last = nullptr;
+};
+
+namespace {
+
+bool cq_before(const ibv_cq* a, const ibv_cq* b) { return std::less<const ibv_cq*>{}(a, b); }
+
+// Polls `cq` 16 at a time into its handler until it is empty.
+void drain_into(const FloorCq& cq) {
+  std::array<ibv_wc, 16> wcs;
+  int got;
+  while ((got = ibv_poll_cq(cq.cq, static_cast<int>(wcs.size()), wcs.data())) > 0) {
+    cq.handler(ibev::CompletionBatch{cq.cq, wcs.data(), static_cast<std::size_t>(got)});
+  }
+  if (got < 0) check(-got, "ibv_poll_cq");
+}
+
+// Reads one event from a non-blocking channel: its CQ, or null on EAGAIN.
+ibv_cq* read_event(ibv_comp_channel* channel) {
+  ibv_cq* cq = nullptr;
+  void* context = nullptr;
+  if (ibv_get_cq_event(channel, &cq, &context) == 0) return cq;
+  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) check(errno, "ibv_get_cq_event");
+  return nullptr;
+}
+
+}  // namespace
+
+FloorLoop::FloorLoop(std::vector<FloorCq>& cqs, unsigned ack_batch, unsigned batch)
+    : cqs_(cqs), ack_batch_(ack_batch), batch_(batch) {
+  std::sort(cqs_.begin(), cqs_.end(), [](const FloorCq& a, const FloorCq& b) {
+    const auto* const ca = a.cq->channel;
+    const auto* const cb = b.cq->channel;
+    if (ca != cb) return std::less<const ibv_comp_channel*>{}(ca, cb);
+    return cq_before(a.cq, b.cq);
+  });
+  for (auto it = cqs_.begin(); it != cqs_.end();) {
+    ibv_comp_channel* const channel = it->cq->channel;
+    const auto last =
+        std::find_if(it, cqs_.end(), [&](const FloorCq& c) { return c.cq->channel != channel; });
+    channels_.push_back({channel, &*it, &*it + (last - it)});
+    it = last;
+  }
+  epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_ < 0) check(errno, "epoll_create1");
+  for (Channel& channel : channels_) {
+    // ibev made the fds non-blocking when it watched the CQs; a floor that
+    // relied on that and met a blocking one would hang on its one read.
+    const int fd = channel.channel->fd;
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) check(errno, "fcntl");
+    epoll_event interest{};
+    interest.events = EPOLLIN;
+    interest.data.ptr = &channel;
+    if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &interest) != 0) check(errno, "epoll_ctl");
+  }
+}
+
+// ibv_destroy_cq waits until every event read for the CQ is acked.
+FloorLoop::~FloorLoop() {
+  for (FloorCq& cq : cqs_) {
+    if (cq.unacked > 0) ibv_ack_cq_events(cq.cq, cq.unacked);
+    cq.unacked = 0;
+  }
+  ::close(epoll_);
+}
+
+bool FloorLoop::run(const std::function<bool()>& done) {
+  std::array<epoll_event, 64> ready;
+  int quiet_seconds = 0;
+  while (!done()) {
+    // The timeout only counts toward the stall bound.
+    const int n = ::epoll_wait(epoll_, ready.data(), static_cast<int>(ready.size()), 1000);
+    if (n < 0 && errno != EINTR) check(errno, "epoll_wait");
+    if (n <= 0) {
+      if (++quiet_seconds >= 600) return false;
+      continue;
+    }
+    quiet_seconds = 0;
+    for (int i = 0; i < n; ++i) serve(*static_cast<Channel*>(ready[i].data.ptr));
+  }
+  return true;
+}
+
+void FloorLoop::serve(Channel& channel) {
+  const auto counted = [this](FloorCq& cq) {
+    ++cq.events;
+    if (++cq.unacked < ack_batch_) return;
+    ibv_ack_cq_events(cq.cq, cq.unacked);
+    cq.unacked = 0;
+  };
+  const auto arm = [](const FloorCq& cq) {
+    check(ibv_req_notify_cq(cq.cq, 0), "ibv_req_notify_cq");
+  };
+  const auto unknown_cq = [] {
+    std::fprintf(stderr, "softroce_bench: an event for a CQ its channel does not serve\n");
+    std::exit(3);
+  };
+  const auto served = static_cast<std::size_t>(channel.last - channel.first);
+  if (served == 1) {
+    FloorCq& only = *channel.first;
+    drain_into(only);
+    ibv_cq* const cq = read_event(channel.channel);
+    if (cq == nullptr) return;
+    if (cq != only.cq) unknown_cq();
+    counted(only);
+    arm(only);
+    drain_into(only);
+    return;
+  }
+  const std::size_t to_read = std::min<std::size_t>(batch_, served);
+  for (std::size_t k = 0; k < to_read; ++k) {
+    ibv_cq* const cq = read_event(channel.channel);
+    if (cq == nullptr) break;
+    FloorCq* const found =
+        std::lower_bound(channel.first, channel.last, cq,
+                         [](const FloorCq& c, const ibv_cq* key) { return cq_before(c.cq, key); });
+    if (found == channel.last || found->cq != cq) unknown_cq();
+    counted(*found);
+    drain_into(*found);
+    arm(*found);
+    drain_into(*found);
+  }
+}
+
+std::uint64_t FloorLoop::events(const ibv_cq* cq) const {
+  std::uint64_t sum = 0;
+  for (const FloorCq& c : cqs_) {
+    if (cq == nullptr || c.cq == cq) sum += c.events;
+  }
+  return sum;
 }
 
 }  // namespace bench

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   std::string command;
-  std::string mode = "event";  // event|adaptive|raw-poll|raw-event
+  std::string mode = "event";  // event|adaptive|raw-poll|raw-event|raw-floor
   std::string device = "rxe0";
   std::string netdev = "d0";
   std::string executor;  // "", or "worker": completion handlers on a WorkerThread
@@ -46,8 +47,10 @@ struct Args {
   int depth = 128;        // rate: sends outstanding
   int signal_every = 32;  // one send in this many asks for a completion
   // latency: "polled" (the send CQ reaped without waiting) or "event" (its
-  // completions handled by a handler on the Dispatcher, as perftest's -e
-  // waits for each signaled send's event).
+  // completions through the event path, as perftest's -e waits for each
+  // signaled send's event: a handler on the Dispatcher in ibev's modes; in
+  // raw-event, this thread blocks for each one right after posting it; in
+  // raw-floor, raw-floor's epoll loop serves it beside the receive CQ).
   std::string send_cq = "polled";
   // Sends of at most this many bytes go inline. perftest's ib_send_lat and
   // ib_send_bw report "Max inline data : 0[B]" on rxe, so by default none
@@ -58,6 +61,9 @@ struct Args {
   // fairness: 0 no saturating CQ, 1 on the same Dispatcher, 2 on its own;
   // the saturated CQ's CompletionOptions::budget.
   int load = 1;
+  // fairness: the saturating sender's pace, messages/s (the same load in every
+  // configuration whatever the threads' placement); 0: a closed loop.
+  int load_rate = 0;
   unsigned turn_budget = 256;
   int rounds = 20;
   int seconds = 2;
@@ -113,7 +119,9 @@ struct Side {
   // One SEND of Args::size bytes, inline up to Args::inline_bytes, one in
   // Args::signal_every signaled. With a polled send CQ, every signal_every
   // sends reap what completed, without waiting, which frees the slots.
-  void send();
+  // Returns whether this send was signaled: a caller that waits for each
+  // signaled send's completion (raw-event's perftest order) knows when to.
+  bool send();
 
   const Args args;
   ibev::Dispatcher dispatcher;
@@ -157,12 +165,69 @@ class Distribution {
   bool empty() const noexcept { return values_.empty(); }
   std::size_t size() const noexcept { return values_.size(); }
   double at(double quantile) const;  // 0 for an empty one
+  // Whether at(quantile) rests on enough samples to print: at least 10 lie
+  // beyond it, size() >= ceil(10 / (1 - quantile)). p99 needs 1000 samples,
+  // p99.9 10000; with fewer, at() is one of the last few values (of 100,
+  // at(0.99) is the max).
+  bool supports(double quantile) const;
+  // at(quantile) printed with two decimals, or "na" when not supported.
+  std::string text_at(double quantile) const;
   double mean() const;
   // One value a line, ascending; exits with status 3 when it cannot.
   void write(const std::string& path) const;
 
  private:
   std::vector<double> values_;
+};
+
+// --mode raw-floor's loop, in latency and scale: ibev's dispatch order
+// (dispatch/completion_source.cc: ChannelSource::serve, CqEntry::serve_turn)
+// with nothing else of ibev's, a floor under its loop over the same objects.
+// One epoll set over the CQs' channels, made non-blocking, each
+// epoll_event's data.ptr the channel's slot, so that a ready fd leads to its
+// CQs with no lookup. A channel with one CQ holds at most one event (a CQ is
+// armed again only after its event is read), so it is drained first (the
+// handler's reply goes out before any system call), then read once (EAGAIN
+// ends its turn, as in ibev, without arming), the event counted for the
+// batched ack, the CQ re-armed and drained again. (ibev's turn polls once
+// more between the read and the re-arm; the floor leaves that poll out:
+// what lands meanwhile raises no event, the CQ being unarmed, and the drain
+// after the re-arm takes it.) A channel shared by several CQs is read at
+// most min(`batch`, its CQs) times, each event's CQ (found by binary search)
+// counted, drained, re-armed and drained. The CQs must be armed before
+// run(); the destructor acks what the batches left, so it must run before
+// the CQs are destroyed.
+struct FloorCq {
+  ibv_cq* cq = nullptr;
+  ibev::CompletionHandler handler;
+  unsigned unacked = 0;      // events read and not acked yet
+  std::uint64_t events = 0;  // events read
+};
+
+class FloorLoop {
+ public:
+  // Groups `cqs` by channel (reordering them) and makes the epoll set: set-up,
+  // before anything is timed. Exits the process on a failing verb.
+  FloorLoop(std::vector<FloorCq>& cqs, unsigned ack_batch, unsigned batch);
+  ~FloorLoop();
+  FloorLoop(const FloorLoop&) = delete;
+  FloorLoop& operator=(const FloorLoop&) = delete;
+
+  // Serves until done(), checked before each wait; false when no channel
+  // was ready for 600 s (the peer is gone).
+  bool run(const std::function<bool()>& done);
+  // Events read for `cq`, or for all (null).
+  std::uint64_t events(const ibv_cq* cq = nullptr) const;
+
+ private:
+  struct Channel;
+  void serve(Channel& channel);
+
+  std::vector<FloorCq>& cqs_;
+  const unsigned ack_batch_;
+  const unsigned batch_;
+  std::vector<Channel> channels_;
+  int epoll_ = -1;
 };
 
 }  // namespace bench

@@ -2,7 +2,8 @@
 // objects, the same events through a bare table (the floor under any registry
 // keyed by address), attach and release per handler, bytes per registered
 // object with its Handle.
-// Prints figures and ratios against baselines measured in the same run; it
+// Prints figures and ratios against baselines measured in the same run, and
+// every round's values on "ratio_rounds NAME v1 ... vN" lines for scripts; it
 // never fails on timing. Run: bazel run -c opt //bench:registry_bench
 #include <malloc.h>
 
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <ibev/core/registry.h>
@@ -28,7 +30,15 @@ ibv_qp* fake_qp(std::size_t i) {
   return reinterpret_cast<ibv_qp*>(std::uintptr_t{0x7f00'0000'0000} + i * 256);
 }
 
-std::size_t heap_in_use() { return mallinfo2().uordblks; }
+constexpr int kRounds = 15;
+
+// Blocks above malloc's mmap threshold are in hblkhd, not uordblks: a
+// registry's tables at 1M objects are such blocks, or not, depending on how
+// far earlier frees have raised glibc's dynamic threshold.
+std::size_t heap_in_use() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -149,13 +159,16 @@ class BareTable {
 
 // A median of paired ratios with its order-statistic interval, by the rule
 // of bench/order_stats.awk: [x(k), x(n+1-k)] for the largest k with
-// P(Binomial(n, 1/2) < k) <= 0.025, at least 95 % coverage (9 rounds: k = 2).
+// P(Binomial(n, 1/2) < k) <= 0.025, at least 95 % coverage (15 rounds: k = 4).
 struct Ratio {
   double median, low, high;
 };
-Ratio ratio_of(const std::vector<double>& over, const std::vector<double>& under) {
+std::vector<double> paired(const std::vector<double>& over, const std::vector<double>& under) {
   std::vector<double> r;
   for (std::size_t i = 0; i < over.size(); ++i) r.push_back(over[i] / under[i]);
+  return r;
+}
+Ratio ratio_of(std::vector<double> r) {
   std::sort(r.begin(), r.end());
   const std::size_t n = r.size();  // a few rounds: 2^n below stays exact
   const double median = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
@@ -171,10 +184,20 @@ Ratio ratio_of(const std::vector<double>& over, const std::vector<double>& under
   return {median, r[k - 1], r[n - k]};
 }
 
+// Every round's value of one figure, in round order, so that a script can
+// compute its own statistics: "ratio_rounds NAME v1 v2 ... vN".
+void print_rounds(const char* name, const std::vector<double>& values, int decimals) {
+  std::printf("ratio_rounds %s", name);
+  for (const double v : values) std::printf(" %.*f", decimals, v);
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main() {
-  std::printf("ibev registry benchmark (one handler per object; medians of 9 interleaved rounds)\n\n");
+  std::printf(
+      "ibev registry benchmark (one handler per object; medians of %d interleaved rounds)\n\n",
+      kRounds);
 
   {
     // All three alive at once and measured in turn, so that the machine's
@@ -183,7 +206,7 @@ int main() {
     const BareTable bare_thousand(1000), bare_million(1'000'000);
     std::vector<double> t1, t1k, t1m, scattered, uniform;
     std::vector<double> bare1k, bare1m, bare_scattered, bare_uniform;
-    for (int round = 0; round < 9; ++round) {
+    for (int round = 0; round < kRounds; ++round) {
       t1.push_back(one.route(one.same_hot_));
       t1k.push_back(thousand.route(thousand.same_hot_));
       t1m.push_back(million.route(million.same_hot_));
@@ -203,52 +226,93 @@ int main() {
     std::printf("  1k hot objects scattered among 1M   %7.1f\n", median(scattered));
     std::printf("  events spread over all 1M           %7.1f\n", median(uniform));
     // Paired by round, each with its interval: the ratios the targets and
-    // the floor are about.
-    const auto print = [](const char* what, const Ratio& r) {
-      std::printf("  %-44s %5.2f  [%.2f, %.2f]\n", what, r.median, r.low, r.high);
+    // the floor are about. Each one's rounds are printed after them all, so
+    // that the human lines stay together.
+    std::vector<std::pair<const char*, std::vector<double>>> rounds;
+    const auto print = [&rounds](const char* name, const char* what,
+                                 const std::vector<double>& over,
+                                 const std::vector<double>& under) {
+      std::vector<double> r = paired(over, under);
+      const Ratio ratio = ratio_of(r);
+      std::printf("  %-44s %5.2f  [%.2f, %.2f]\n", what, ratio.median, ratio.low, ratio.high);
+      rounds.emplace_back(name, std::move(r));
     };
     std::printf("ratios paired by round, median [95 %% interval]:\n");
     // The targets are issue #26's.
-    print("ibev, 1M / 1k (target <= 1.20)", ratio_of(t1m, t1k));
-    print("ibev, 1k hot scattered among 1M / 1k (target <= 1.20)", ratio_of(scattered, t1k));
-    print("ibev, spread over all 1M / 1k", ratio_of(uniform, t1k));
-    print("floor, 1M / 1k", ratio_of(bare1m, bare1k));
-    print("floor, 1k hot scattered among 1M / 1k", ratio_of(bare_scattered, bare1k));
-    print("floor, spread over all 1M / 1k", ratio_of(bare_uniform, bare1k));
+    print("ibev_1M_over_1k", "ibev, 1M / 1k (target <= 1.20)", t1m, t1k);
+    print("ibev_scattered_over_1k", "ibev, 1k hot scattered among 1M / 1k (target <= 1.20)",
+          scattered, t1k);
+    print("ibev_spread_over_1k", "ibev, spread over all 1M / 1k", uniform, t1k);
+    print("floor_1M_over_1k", "floor, 1M / 1k", bare1m, bare1k);
+    print("floor_scattered_over_1k", "floor, 1k hot scattered among 1M / 1k", bare_scattered,
+          bare1k);
+    print("floor_spread_over_1k", "floor, spread over all 1M / 1k", bare_uniform, bare1k);
     std::printf("the floor (a bare table, see BareTable), ns/event: 1k %.1f, 1M %.1f, "
                 "scattered %.1f, spread %.1f\n",
                 median(bare1k), median(bare1m), median(bare_scattered), median(bare_uniform));
-    print("ibev over the floor, 1k objects", ratio_of(t1k, bare1k));
-    print("ibev over the floor, 1k hot scattered among 1M", ratio_of(scattered, bare_scattered));
+    print("ibev_over_floor_1k", "ibev over the floor, 1k objects", t1k, bare1k);
+    print("ibev_over_floor_scattered", "ibev over the floor, 1k hot scattered among 1M",
+          scattered, bare_scattered);
+    for (const auto& [name, values] : rounds) print_rounds(name, values, 4);
     std::printf("\n");
   }
 
-  // Attach and release, each measured over a registry growing to 1M objects.
+  // Memory: the heap growth of attaching one handler to each of 1M objects,
+  // in one pass (deterministic: one run is the figure). Attach and release
+  // per handler: kRounds rounds, each attaching a fresh batch of kBatch
+  // objects to that registry, which holds the 1M meanwhile, then releasing
+  // them. Each round leaves the registry as it found it, and its tables are
+  // then the same too (they never shrink, and erasing leaves no tombstones),
+  // so every round does the same work and its cost stays bounded; a warm-up
+  // round first takes any growth the batch causes (at 64 shards, 1.2M
+  // objects fit the tables 1M needs). Growing an empty registry to 1M and
+  // emptying it are timed once too: growth is part of what attach costs.
   {
     constexpr std::size_t kN = 1'000'000;
+    constexpr std::size_t kBatch = 200'000;
     ibev::Registry registry;
     std::vector<ibev::Handle> held(kN);
     const std::size_t before = heap_in_use();
-    const auto start = Clock::now();
-    for (std::size_t i = 0; i < kN; ++i) {
-      held[i] = registry.attach(fake_qp(i), [](const ibev::Event&) {});
-    }
-    const std::chrono::duration<double, std::nano> attach = Clock::now() - start;
+    const double grow_ns = ns_per_op(kN, [&] {
+      for (std::size_t i = 0; i < kN; ++i) {
+        held[i] = registry.attach(fake_qp(i), [](const ibev::Event&) {});
+      }
+    });
     const std::size_t after = heap_in_use();
-    const auto start_release = Clock::now();
-    for (auto& a : held) a.release();
-    const std::chrono::duration<double, std::nano> release =
-        Clock::now() - start_release;
-    std::printf("attach   %6.1f ns/handler  (target <= 1000)\n",
-                attach.count() / kN);
-    std::printf("release  %6.1f ns/handler  (target <= 1000)\n",
-                release.count() / kN);
+    std::vector<ibev::Handle> batch(kBatch);
+    std::vector<double> attach_ns, release_ns;
+    for (int round = 0; round <= kRounds; ++round) {  // round 0: the warm-up
+      const double attach = ns_per_op(kBatch, [&] {
+        for (std::size_t i = 0; i < kBatch; ++i) {
+          batch[i] = registry.attach(fake_qp(kN + i), [](const ibev::Event&) {});
+        }
+      });
+      const double release = ns_per_op(kBatch, [&] {
+        for (auto& a : batch) a.release();
+      });
+      if (round == 0) continue;
+      attach_ns.push_back(attach);
+      release_ns.push_back(release);
+    }
+    const double empty_ns = ns_per_op(kN, [&] {
+      for (auto& a : held) a.release();
+    });
+    std::printf("attach   %6.1f ns/handler  (target <= 1000; median of %d rounds of %zuk into "
+                "1M; growing an empty registry to 1M: %.1f)\n",
+                median(attach_ns), kRounds, kBatch / 1000, grow_ns);
+    std::printf("release  %6.1f ns/handler  (target <= 1000; median of %d rounds of %zuk out of "
+                "1M + %zuk; emptying 1M: %.1f)\n",
+                median(release_ns), kRounds, kBatch / 1000, kBatch / 1000, empty_ns);
     // The Handle each attach returns is the application's to keep, in its
     // own storage (here `held`, allocated before counting): it counts too.
     const double in_registry = static_cast<double>(after - before) / kN;
+    const double with_handle = in_registry + sizeof(ibev::Handle);
     std::printf("memory   %6.1f bytes/object with its Handle: the registry's %.1f and the "
                 "Handle's %zu, one handler each  (target <= 256)\n",
-                in_registry + sizeof(ibev::Handle), in_registry, sizeof(ibev::Handle));
+                with_handle, in_registry, sizeof(ibev::Handle));
+    print_rounds("attach_ns", attach_ns, 1);
+    print_rounds("release_ns", release_ns, 1);
+    std::printf("memory_bytes_per_object_with_handle=%.1f\n", with_handle);
   }
 
   // The same million objects with one Boost.Signals2 signal each: why

@@ -138,6 +138,14 @@ report=$(mktemp docs/.syscalls.XXXXXX)  # written whole, then renamed: a failed 
     ratio "<=" 1.0 "$(per_op ibev_event total raw_event)"
   row "ibev, every send signaled, its completion through the event path: per round trip" \
     calls - 0 "$(per_op ibev_every total)"
+  row "the same work without ibev, in perftest's order (a blocking wait for each send's completion too)" \
+    calls - 0 "$(per_op raw_event_every total)"
+  row "the same work without ibev, in ibev's order (epoll; drain, read, ack, re-arm, drain): the floor" \
+    calls - 0 "$(per_op raw_floor_every total)"
+  row "ibev with every send signaled over the floor, paired by round (the same work and order)" \
+    ratio "<=" 1.0 "$(per_op ibev_every total raw_floor_every)"
+  row "ibev with every send signaled over perftest's order without ibev, paired by round" \
+    ratio "<=" 1.0 "$(per_op ibev_every total raw_event_every)"
   row "perftest ib_send_lat -e: per round trip" calls - 0 "$(per_op perftest_lat_e total)"
   row "ibev with every send signaled over ib_send_lat -e, paired by round (what differs: below)" \
     ratio "<=" 1.0 "$(per_op ibev_every total perftest_lat_e)"
@@ -172,6 +180,12 @@ report=$(mktemp docs/.syscalls.XXXXXX)  # written whole, then renamed: a failed 
   echo "  loop handles each one. What still differs: perftest waits for each send's event"
   echo "  before it polls for the next receive, and (in the version above) one channel"
   echo "  serves both its CQs, where ibev's two CQs have a channel each in one epoll set."
+  echo "- **raw_event_every**: \`latency --mode raw-event --signal-every 1 --send-cq event\`:"
+  echo "  the raw loop doing ibev_every's work in perftest's order: after each signaled send"
+  echo "  it blocks for that send's completion event, acks, re-arms and polls it."
+  echo "- **raw_floor_every**: \`latency --mode raw-floor --signal-every 1 --send-cq event\`:"
+  echo "  ibev_every's work and order with nothing of ibev's: one epoll over both channels;"
+  echo "  per ready channel drain, read one event, ack (batched), re-arm, drain."
   echo "- **perftest_lat_e**: \`ib_send_lat -s 2 -e\`. Its loop (run_iter_lat_send) waits for an"
   echo "  event before each receive poll and, every send being signaled, before each send"
   echo "  completion's poll; each event is acked at once and the CQ re-armed"
@@ -187,12 +201,10 @@ report=$(mktemp docs/.syscalls.XXXXXX)  # written whole, then renamed: a failed 
   echo "  serves both its CQs."
   echo
   echo "On rxe a post rings the kernel with a write to the uverbs fd, and a re-arm is an"
-  echo "ioctl: in the breakdown, write is one per message sent and ioctl one per event"
-  echo "read, in every loop. ibev's loop adds an epoll_wait to each wake-up (one may serve"
-  echo "both channels of ibev_every) to the raw loop's read and re-arm, so it makes fewer"
-  echo "calls only where it reads fewer events per operation (the read row). Each round's"
-  echo "own figures are in the raw output; the detail lines are softroce_bench's own report"
-  echo "of the same runs (its CQ events among them)."
+  echo "ioctl, so in the breakdown the write row counts posts, and the read and ioctl rows"
+  echo "count events read and re-arms; a loop on an epoll set adds its epoll_wait row. Each"
+  echo "round's own figures are in the raw output; the detail lines are softroce_bench's"
+  echo "own report of the same runs (its CQ events among them)."
   echo
   echo "Raw output:"
   echo

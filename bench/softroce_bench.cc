@@ -2,16 +2,19 @@
 // timing. bench/run_benchmarks.sh runs them in one VM session beside perftest
 // and writes docs/benchmarks.md.
 //
-//   softroce_bench latency --mode event|adaptive|raw-poll|raw-event [--iters N]
-//                          [--budget-us B] [--cpus SERVER,CLIENT]
-//                          [--executor worker] [--samples FILE]
-//                          [--signal-every K] [--send-cq polled|event]
+//   softroce_bench latency --mode event|adaptive|raw-poll|raw-event|raw-floor
+//                          [--iters N] [--budget-us B] [--ack-batch K]
+//                          [--cpus SERVER,CLIENT] [--executor worker]
+//                          [--samples FILE] [--signal-every K]
+//                          [--send-cq polled|event]
 //   softroce_bench rate --mode event|adaptive|raw-event [--size BYTES] [--depth D]
 //                       [--signal-every K] [--messages N] [--cpus S,C]
 //   softroce_bench stream --ack-batch K [--messages N]
 //   softroce_bench scale --pairs N [--channels C] [--messages N]
+//                        [--mode ibev|raw-event|raw-floor]
 //   softroce_bench memory --pairs N
-//   softroce_bench fairness --load 0|1 [--rounds N] [--seconds S]
+//   softroce_bench fairness --load 0|1|2 [--load-rate MSGS_PER_S] [--rounds N]
+//                           [--seconds S]
 //   softroce_bench link-down --netdev NAME [--rounds N]
 //   softroce_bench idle --budget-us B [--seconds S]
 //   softroce_bench removal --holder ibev|raw [--rounds N] [--hold-ms M]
@@ -19,6 +22,10 @@
 // latency: a 2-byte RC send ping-pong between two processes (fork), as
 // perftest's ib_send_lat does, each process with its own Dispatcher; the
 // receive CQ's completion handler answers. One-way latency = RTT / 2.
+// raw-event and raw-floor are the same ping-pong without ibev: perftest -e's
+// loop, and ibev's order (the floor under event mode). `--signal-every 1
+// --send-cq event` is ib_send_lat -e's work: every send signaled, its
+// completion taken through the event path (raw-poll has no event path).
 // rate: a stream of SENDs from one process to another, as perftest's
 // ib_send_bw: the client keeps --depth sends outstanding, one in
 // --signal-every signaled, and posts more from its send CQ's completion
@@ -28,6 +35,7 @@
 #include <ibev/dispatch/worker_thread.h>
 #include <ibev/verbs/device_clients.h>
 #include <ibev/verbs/shared_receive_queue.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +44,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -85,7 +94,55 @@ void make_blocking(ibv_cq* cq) {
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) check(errno, "fcntl");
 }
 
+// What perftest -e does after posting each signaled send (run_iter_lat_send:
+// ctx_notify_events, then ibv_poll_cq(send_cq, 1)): block on the send CQ's
+// own channel for its event, ack it, re-arm, then poll until that one
+// completion comes, which must have succeeded. The CQ was armed when its Side
+// watched it, and this is the only reader of its channel.
+void await_send_completion(ibv_cq* cq) {
+  ibv_cq* event_cq = nullptr;
+  void* context = nullptr;
+  if (ibv_get_cq_event(cq->channel, &event_cq, &context) != 0) {
+    check(errno != 0 ? errno : EIO, "ibv_get_cq_event");
+  }
+  ibv_ack_cq_events(event_cq, 1);
+  check(ibv_req_notify_cq(event_cq, 0), "ibv_req_notify_cq");
+  ibv_wc wc;
+  int n;
+  while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
+  }
+  if (n < 0) check(-n, "ibv_poll_cq");
+  require_success(wc);
+}
+
 int latency(const Args& args) {
+  // The raw modes are this harness without ibev, the baselines for what the
+  // harness itself costs. raw-poll: this thread spins on ibv_poll_cq, as
+  // perftest's busy-poll mode does (its Dispatcher runs, with no CQ to
+  // serve). raw-event: this thread sleeps in a blocking ibv_get_cq_event,
+  // acks, re-arms and drains, as perftest -e does. raw-floor: ibev's order in
+  // a loop of this thread's own (FloorLoop), the floor under event mode.
+  // Both use the CQs' channels directly and never start the Dispatcher.
+  const bool raw_poll = args.mode == "raw-poll";
+  const bool raw_event = args.mode == "raw-event";
+  const bool raw_floor = args.mode == "raw-floor";
+  // --send-cq event: each signaled send's completion comes through the
+  // event path too (with --signal-every 1, the work of perftest's -e loop).
+  const bool send_events = args.send_cq == "event";
+  if (!raw_poll && !raw_event && !raw_floor && args.mode != "event" && args.mode != "adaptive") {
+    std::fprintf(stderr,
+                 "softroce_bench: latency --mode is event, adaptive, raw-poll, raw-event or "
+                 "raw-floor\n");
+    return 2;
+  }
+  // raw-poll would leave the send CQ's events to a started Dispatcher: ibev
+  // inside the baseline without ibev.
+  if (send_events && raw_poll) {
+    std::fprintf(stderr,
+                 "softroce_bench: --send-cq event takes send completions through an event "
+                 "path; raw-poll has none (it polls, as ib_send_lat without -e)\n");
+    return 2;
+  }
   Peer peer(args);
   const bool server = peer.server();
   std::optional<ibev::WorkerThread> worker;
@@ -97,11 +154,21 @@ int latency(const Args& args) {
   std::atomic<int> remaining{args.iters};
   Clock::time_point sent_at;
   Side* self = nullptr;
+  // raw-event --send-cq event: perftest's order, each signaled send's
+  // completion waited for right after its post, before the next receive.
+  const bool await_sends = raw_event && send_events;
+  std::uint64_t awaited_events = 0;  // the send CQ's events read by that wait
+  const auto send_one = [&] {
+    if (self->send() && await_sends) {
+      await_send_completion(self->send_cq->get());
+      ++awaited_events;
+    }
+  };
   // What each side does with one received message.
   auto on_message = [&] {
     self->post_recv(1);
     if (server) {
-      self->send();  // pong
+      send_one();  // pong
       if (--remaining == 0) finished.set();
     } else {
       const auto now = Clock::now();
@@ -110,38 +177,33 @@ int latency(const Args& args) {
         finished.set();
       } else {
         sent_at = Clock::now();
-        self->send();  // next ping
+        send_one();  // next ping
       }
     }
   };
-  // The raw modes are this harness without ibev, the baselines for what the
-  // harness itself costs. raw-poll: this thread spins on ibv_poll_cq, as
-  // perftest's busy-poll mode does. raw-event: this thread sleeps in a
-  // blocking ibv_get_cq_event, acks, re-arms and drains, as perftest -e does
-  // (the CQ's channel is used directly; the Dispatcher is never started).
-  const bool raw_poll = args.mode == "raw-poll";
-  const bool raw_event = args.mode == "raw-event";
-  auto on_receive = [&](const ibev::CompletionBatch& batch) {
+  const ibev::CompletionHandler on_receive = [&](const ibev::CompletionBatch& batch) {
     for (std::size_t i = 0; i < batch.size; ++i) on_message();
   };
-  // --send-cq event: each signaled send's completion comes through the
-  // event path too (with --signal-every 1, the work of perftest's -e loop).
-  if (args.send_cq == "event" && (raw_poll || raw_event)) {
-    std::fprintf(stderr, "softroce_bench: --send-cq event is for ibev's modes\n");
-    return 2;
-  }
+  // ibev's modes and raw-floor drain the send CQ into this; raw-event's wait
+  // polls it itself. The CQ gets a channel of its own either way.
   const ibev::CompletionHandler on_send =
-      args.send_cq == "event" ? ibev::CompletionHandler{[](const ibev::CompletionBatch& batch) {
+      send_events ? ibev::CompletionHandler{[](const ibev::CompletionBatch& batch) {
         require_success(batch);
       }}
-                              : ibev::CompletionHandler{};
-  Side side(args, raw_poll ? ibev::CompletionHandler{} : ibev::CompletionHandler{on_receive},
+                  : ibev::CompletionHandler{};
+  Side side(args, raw_poll ? ibev::CompletionHandler{} : on_receive,
             options_for(args, worker ? worker->executor() : ibev::Executor{}), on_send);
   self = &side;
   peer.connect(side);
   side.post_recv(256);
+  std::vector<FloorCq> floor_cqs{{side.recv_cq->get(), on_receive}};
+  if (send_events) floor_cqs.push_back({side.send_cq->get(), on_send});
+  std::optional<FloorLoop> floor;  // before the Side goes: it acks what is left
   if (raw_event) {
     make_blocking(side.recv_cq->get());
+    if (await_sends) make_blocking(side.send_cq->get());
+  } else if (raw_floor) {
+    floor.emplace(floor_cqs, args.ack_batch, 1);
   } else {
     side.dispatcher.start();
   }
@@ -151,7 +213,7 @@ int latency(const Args& args) {
   const auto start = Clock::now();
   if (!server) {
     sent_at = Clock::now();
-    side.send();
+    send_one();
   }
   std::array<ibv_wc, 16> wcs;
   ibv_cq* const recv_cq = side.recv_cq->get();
@@ -161,9 +223,12 @@ int latency(const Args& args) {
       for (int i = 0; i < n; ++i) on_message();
     }
   };
+  const auto all_done = [&] { return remaining <= 0; };
   while (raw_poll && remaining > 0) drain();
-  if (raw_event && !raw_event_loop(recv_cq, on_receive, [&] { return remaining <= 0; })) return 3;
-  if (!finished.wait(600s)) {
+  if (raw_event && !raw_event_loop(recv_cq, on_receive, all_done)) {
+    check(errno != 0 ? errno : EIO, "ibv_get_cq_event");
+  }
+  if ((raw_floor && !floor->run(all_done)) || !finished.wait(600s)) {
     std::fprintf(stderr, "softroce_bench: ping-pong stalled\n");
     return 4;
   }
@@ -183,15 +248,29 @@ int latency(const Args& args) {
   const Distribution d(std::move(one_way));
   if (!args.samples.empty()) d.write(args.samples);
   const auto stats = side.recv_cq->completion_stats();
+  // Channel events taken for the send CQ (this client's, as events= is):
+  // counted by the raw loops, by ibev in its modes (0 with a polled send CQ).
+  const std::uint64_t send_cq_events = raw_floor   ? floor->events(side.send_cq->get())
+                                       : raw_event ? awaited_events
+                                                   : side.send_cq->completion_stats().events;
+  // The receive CQ's: ibev's count, or the floor's own (the blocking loop
+  // keeps none).
+  const std::uint64_t recv_cq_events =
+      raw_floor ? floor->events(side.recv_cq->get()) : stats.events;
+  // New fields go last: a script's `grep -o "events=..."` must not find
+  // send_events= first.
   std::printf(
       "latency mode=%s executor=%s budget_us=%d iters=%zu typical_us=%.2f avg_us=%.2f "
-      "p99_us=%.2f p999_us=%.2f cpu_s=%.3f wall_s=%.3f events=%llu polled=%llu "
-      "empty_reads=%llu\n",
+      "p99_us=%s p999_us=%s cpu_s=%.3f wall_s=%.3f events=%llu polled=%llu "
+      "empty_reads=%llu signal_every=%d send_cq=%s samples=%zu send_events=%llu\n",
       args.mode.c_str(), args.executor.empty() ? "dispatcher" : args.executor.c_str(),
-      args.budget_us, d.size(), d.at(0.5), d.mean(), d.at(0.99), d.at(0.999), cpu + server_cpu,
-      wall, static_cast<unsigned long long>(stats.events),
+      args.budget_us, d.size(), d.at(0.5), d.mean(), d.text_at(0.99).c_str(),
+      d.text_at(0.999).c_str(), cpu + server_cpu, wall,
+      static_cast<unsigned long long>(recv_cq_events),
       static_cast<unsigned long long>(stats.polled),
-      static_cast<unsigned long long>(side.dispatcher.stats().empty_channel_reads));
+      static_cast<unsigned long long>(side.dispatcher.stats().empty_channel_reads),
+      args.signal_every, send_events ? "event" : "poll", d.size(),
+      static_cast<unsigned long long>(send_cq_events));
   return 0;
 }
 

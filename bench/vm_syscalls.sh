@@ -18,7 +18,8 @@ bench=$1
 n=$2
 rounds=$3
 dev=${IBEV_TEST_DEVICE:-rxe0}
-configs=(ibev_event raw_event ibev_every perftest_lat_e ibev_stream raw_stream perftest_bw_e)
+configs=(ibev_event raw_event ibev_every raw_event_every raw_floor_every perftest_lat_e
+  ibev_stream raw_stream perftest_bw_e)
 # The calls counted one by one; the rest of the total is "other".
 names=(read write ioctl epoll_wait futex poll)
 events=raw_syscalls:sys_enter
@@ -94,6 +95,10 @@ run() {
     raw_event) bench_run "$round" "$config" "$i" latency --mode raw-event --iters "$i" ;;
     ibev_every) bench_run "$round" "$config" "$i" \
       latency --mode event --signal-every 1 --send-cq event --iters "$i" ;;
+    raw_event_every) bench_run "$round" "$config" "$i" \
+      latency --mode raw-event --signal-every 1 --send-cq event --iters "$i" ;;
+    raw_floor_every) bench_run "$round" "$config" "$i" \
+      latency --mode raw-floor --signal-every 1 --send-cq event --iters "$i" ;;
     perftest_lat_e) perftest_run "$round" "$config" "$i" 2 ib_send_lat -n "$i" -e ;;
     # Streams: 4 messages an iteration; 128 outstanding, 1 in 32 signaled.
     ibev_stream) bench_run "$round" "$config" "$((4 * i))" \

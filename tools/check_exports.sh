@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks an installed libibev.so: its SONAME is libibev.so.<soversion>
-# (tools/version.sh: 0.8 before 1.0, the major after), the
+# (tools/version.sh: 0.9 before 1.0, the major after), the
 # only symbols it exports are the ibev:: API (members of public classes may
 # name detail types in their signatures; nothing of ibev::detail, std:: or
 # boost:: is exported on its own) and the C API's functions, and every

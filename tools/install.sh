@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds ibev with CMake and installs it into PREFIX:
-#   PREFIX/lib/libibev.so.0.8.0 (SONAME libibev.so.0.8), libibev.so, libibev.a
+#   PREFIX/lib/libibev.so.0.9.0 (SONAME libibev.so.0.9), libibev.so, libibev.a
 #   PREFIX/include/ibev/...          the public headers (<ibev/ibev.h>)
 #   PREFIX/lib/pkgconfig/ibev.pc     pkg-config --cflags --libs ibev
-#   PREFIX/lib/cmake/ibev/           find_package(ibev 0.8) -> ibev::ibev
+#   PREFIX/lib/cmake/ibev/           find_package(ibev 0.9) -> ibev::ibev
 #   PREFIX/bin/ibev-watch            and share/man/man1/ibev-watch.1
 #   PREFIX/bin/ibev-softroce-run     runs a program against soft-RoCE
 #   PREFIX/share/doc/ibev/html/      the API reference (Doxygen; IBEV_DOCS=OFF skips it)

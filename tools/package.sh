@@ -2,7 +2,7 @@
 # Builds the Debian packages of ibev from the tree tools/install.sh makes for
 # /usr, laid out as Debian's policy asks (lintian checks them in the README's
 # test command):
-#   libibev0.8    libibev.so.0.8 (the runtime library; the package is named
+#   libibev0.9    libibev.so.0.9 (the runtime library; the package is named
 #                 after the SONAME, which carries the minor before 1.0)
 #   libibev-dev   headers, libibev.so, libibev.a, ibev.pc, the CMake package,
 #                 the API reference (share/doc/libibev-dev/html, registered

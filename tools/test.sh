@@ -20,7 +20,7 @@ status=0
 
 sudo=()
 if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
-# The runtime package is named after the SONAME (libibev0.8).
+# The runtime package is named after the SONAME (libibev0.9).
 runtime=libibev$(tools/version.sh --soversion)
 purge_packages() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get purge -y -q \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prints ibev's version ("0.8.0"), its major (--major), or the SONAME's
-# version (--soversion: the major, and before 1.0 the minor too, "0.8", since
+# Prints ibev's version ("0.9.0"), its major (--major), or the SONAME's
+# version (--soversion: the major, and before 1.0 the minor too, "0.9", since
 # every 0.x release may break the ABI), as version.h writes it: the one place
 # the version lives. CMakeLists.txt reads the same three defines and makes the
 # same SONAME.

@@ -89,7 +89,7 @@ measured() {
 perftest_pair() {
   local tool=$1
   shift
-  taskset -c 0 "$tool" -d "$dev" -x 0 "$@" >/tmp/server.out 2>&1 &
+  timeout 600 taskset -c 0 "$tool" -d "$dev" -x 0 "$@" >/tmp/server.out 2>&1 &
   local server=$! i
   for ((i = 0; i < 200; ++i)); do
     ss -Hltn 'sport = :18515' | grep -q . && break
@@ -264,8 +264,8 @@ for mode in ibev raw-floor; do
       echo "== counts $mode $pairs $m"
       timeout 1800 valgrind --tool=callgrind --callgrind-out-file=/tmp/callgrind.out \
         "$bench" scale --pairs "$pairs" --messages "$m" "${flags[@]}" 2>/tmp/valgrind.err |
-        grep '^scale '
-      awk '/^(summary|totals):/ {print "instructions " $2; exit}' /tmp/callgrind.out
+        grep '^scale ' || tail -n 5 /tmp/valgrind.err
+      awk '/^(summary|totals):/ {print "instructions " $2; exit}' /tmp/callgrind.out 2>/dev/null
       rm -f /tmp/callgrind.out
     done
   done

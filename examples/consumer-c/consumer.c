@@ -232,22 +232,9 @@ static void rdma(void) {
     ibev_dispatcher_destroy(dispatcher);
     return;
   }
-  // Started first: what is registered from here on is served at once (a
-  // client's add is posted to the dispatching thread). Started after the
-  // set-up instead, anything that arrived meanwhile waits, and a set-up
-  // slower than the watchdog's second is reported as events undispatched.
-  check(ibev_dispatcher_start(dispatcher) == 0, "ibev_dispatcher_start");
-  check(ibev_dispatcher_start(dispatcher) == EINVAL, "starting it twice is EINVAL");
   struct added added = {0};
-  ibev_clients *clients = ibev_clients_create(dispatcher);
-  const struct ibev_client client = {"consumer-c", on_add, on_remove, &added};
-  ibev_handle *registered = ibev_clients_register(clients, &client);
-  check(clients != NULL && registered != NULL, "ibev_clients_register");
-  // However long the set-up below takes (here, longer than the watchdog's
-  // second on purpose), nothing waits unserved: no failure is reported.
-  const struct timespec slow_set_up = {1, 200 * 1000 * 1000};
-  nanosleep(&slow_set_up, NULL);
-
+  ibev_clients *clients = NULL;
+  ibev_handle *registered = NULL;
   static char buffer[4 * kSlot];
   struct pingpong pp = {.buffer = buffer};
   ibev_pd *pd = ibev_pd_create(device);
@@ -262,6 +249,22 @@ static void rdma(void) {
   pp.a = ibev_qp_get(a);
   pp.b = ibev_qp_get(b);
   pp.lkey = ibev_mr_get(mr)->lkey;
+
+  // Started once what its handlers read is written (the thread's start is
+  // what orders those writes before them), and before anything is posted to
+  // it: a client's add, below, is served at once. Started after the rest of
+  // the set-up instead, the add would wait, and a set-up slower than the
+  // watchdog's second would be reported as events undispatched.
+  check(ibev_dispatcher_start(dispatcher) == 0, "ibev_dispatcher_start");
+  check(ibev_dispatcher_start(dispatcher) == EINVAL, "starting it twice is EINVAL");
+  clients = ibev_clients_create(dispatcher);
+  const struct ibev_client client = {"consumer-c", on_add, on_remove, &added};
+  registered = ibev_clients_register(clients, &client);
+  check(clients != NULL && registered != NULL, "ibev_clients_register");
+  // However long the set-up below takes (here, longer than the watchdog's
+  // second on purpose), nothing waits unserved: no failure is reported.
+  const struct timespec slow_set_up = {1, 200 * 1000 * 1000};
+  nanosleep(&slow_set_up, NULL);
 
   // The endpoints go through ibv_rc_pingpong's wire form, as between hosts.
   struct ibev_rc_endpoint ends[2], from_wire[2];

@@ -39,12 +39,7 @@ def softroce_test(name, binary, devices = 1, args = [], data = [], size = "mediu
 
 def softroce_cc_test(name, srcs, deps, devices = 1, args = [], data = [], **kwargs):
     """A Boost.Test cc_binary `name + "_bin"` run as softroce_test `name`."""
-    native.cc_binary(
-        name = name + "_bin",
-        testonly = True,
-        srcs = srcs,
-        deps = deps + [_BOOST_TEST],
-    )
+    softroce_cc_binary(name = name + "_bin", srcs = srcs, deps = deps)
     softroce_test(
         name = name,
         binary = ":" + name + "_bin",
@@ -55,7 +50,7 @@ def softroce_cc_test(name, srcs, deps, devices = 1, args = [], data = [], **kwar
     )
 
 def softroce_cc_binary(name, srcs, deps):
-    """A Boost.Test cc_binary for a softroce_suite."""
+    """A Boost.Test cc_binary, for softroce_cc_test or a softroce_suite."""
     native.cc_binary(
         name = name,
         testonly = True,

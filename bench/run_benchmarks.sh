@@ -407,7 +407,7 @@ scale_row() {
 fairness_row() {
   local config=$1 label=$2 kept
   if [[ $config == fairness_unloaded ]]; then
-    kept="all kept"
+    kept="$(wc -l <"$raw/s/$config.port_p50_us") of $rounds (the rest dropped above)"
     echo "| $label | $(med "$config.port_p50_us") / $(med "$config.port_max_us") | $(med "$config.pingpong_p50_us") / $(med "$config.pingpong_p99_us") | | | 0 | $kept |"
   else
     kept="$(wc -l <"$raw/s/$config.carried") of $(wc -l <"$raw/s/$config.saturating_per_s")"

@@ -158,9 +158,6 @@ drops() {
 }
 
 # Extractors: a run's section on stdin, one figure out.
-# ibev's and the raw loops' latency and rate lines: NAME=VALUE.
-lat() { grep '^latency ' | kv "$1"; }
-rate_line() { grep '^rate ' | kv "$1"; }
 # perftest's latency line: perftest bytes iterations t_min t_max t_typical
 # t_avg t_stdev p99 p99.9.
 perftest_lat() {
@@ -170,6 +167,8 @@ perftest_lat() {
 # ib_send_bw: perftest_bw bytes iterations peak average msgrate (Mpps).
 perftest_rate() { awk '$1 == "perftest_bw" {printf "%.0f\n", $6 * 1e6; exit}'; }
 perftest_avg_over_peak() { awk '$1 == "perftest_bw" {if ($4 > 0) printf "%.2f\n", $5 / $4; exit}'; }
+# line_kv KIND NAME: NAME's value on the "KIND ..." line (softroce_bench's
+# latency, rate, scale, fairness, idle lines).
 line_kv() { grep "^$1 " | kv "$2"; }
 # rxe's retransmissions during the run (its requester's retries).
 retransmits() { awk '$1 == "hw_delta" {for (i = 2; i <= NF; ++i) {split($i, kv, "="); if (kv[1] == "completer_retry_err") v = kv[2]}; print v + 0; exit}'; }
@@ -201,7 +200,7 @@ series() { local name=$1; shift; values "$@" >"$raw/s/$name"; }
 for config in ibev_every raw_event_every raw_floor_every ibev_event ibev_event_worker \
   ibev_adaptive raw_poll; do
   for stat in typical_us avg_us p99_us cpu_s samples send_events events; do
-    series "$config.$stat" "$config" lat "$stat"
+    series "$config.$stat" "$config" line_kv latency "$stat"
   done
 done
 for config in perftest_event perftest_poll; do
@@ -216,7 +215,7 @@ for size in 64 4096; do
   done
   for mode in event adaptive; do
     for stat in msgs_per_s cpu_us_per_msg ack_calls_per_event; do
-      series "rate_ibev_${mode}_$size.$stat" "rate_ibev_${mode}_$size" rate_line "$stat"
+      series "rate_ibev_${mode}_$size.$stat" "rate_ibev_${mode}_$size" line_kv rate "$stat"
     done
   done
 done
@@ -273,8 +272,8 @@ reg_rounds() { awk -v n="$1" '$1 == "ratio_rounds" && $2 == n {$1 = $2 = ""; pri
 reg_memory=$(grep -o 'memory_bytes_per_object_with_handle=[0-9.]*' "$raw/registry.txt" | cut -d= -f2 || true)
 executor_rounds() { awk -v k="$1" '$1 == "executor_cost" && $2 ~ /^round=/ {for (i = 2; i <= NF; ++i) {split($i, kv, "="); if (kv[1] == k) printf "%s%s", sep, kv[2]}; sep = " "} END {print ""}' "$raw/dispatch.txt"; }
 stop_values=$(awk '$1 == "stop_ms" {$1 = ""; print substr($0, 2)}' "$raw/dispatch.txt")
-removal_values() { section "removal_ibev" "${1:-$vm}" | awk '$1 == "removal" && /round=/ {for (i = 2; i <= NF; ++i) if ($i ~ /^delete_ms=/) {sub("delete_ms=", "", $i); printf "%s%s", sep, $i; sep = " "}} END {print ""}'; }
-raw_removal() { section "removal_raw" "${1:-$vm}" | awk '$1 == "removal" && /round=/ {for (i = 2; i <= NF; ++i) if ($i ~ /^delete_ms=/) {sub("delete_ms=", "", $i); printf "%s%s", sep, $i; sep = " "}} END {print ""}'; }
+# delete_ms HOLDER [FILE]: each round's delete time of removal_HOLDER.
+delete_ms() { section "removal_$1" "${2:-$vm}" | awk '$1 == "removal" && /round=/ {for (i = 2; i <= NF; ++i) if ($i ~ /^delete_ms=/) {sub("delete_ms=", "", $i); printf "%s%s", sep, $i; sep = " "}} END {print ""}'; }
 
 # Heap bytes and instruction counts: one value per run.
 # (A count is not timed: the host's load does not move it, so no run is
@@ -317,9 +316,9 @@ fi
   echo "# depth perftest_e ibev_event perftest_poll ibev_adaptive (messages/s, 64 B, one run each)"
   for depth in 32 64 128 256; do
     echo "$depth $(section "depth_perftest_event $depth" | perftest_rate)" \
-      "$(section "depth_ibev_event $depth" | rate_line msgs_per_s)" \
+      "$(section "depth_ibev_event $depth" | line_kv rate msgs_per_s)" \
       "$(section "depth_perftest_poll $depth" | perftest_rate)" \
-      "$(section "depth_ibev_adaptive $depth" | rate_line msgs_per_s)"
+      "$(section "depth_ibev_adaptive $depth" | line_kv rate msgs_per_s)"
   done
 } >"$out/rate_vs_depth.dat"
 {
@@ -494,8 +493,8 @@ $(row "second CQ's latency, p50, the same" ratio "<=" 2 "$(fairness_ratio fairne
 $(row "second CQ's latency, p99, the same" ratio "<=" 2 "$(fairness_ratio fairness_loaded pingpong_p99_us)")
 $(row "second CQ's latency, p99, the loaded CQ on a Dispatcher of its own, over unloaded" ratio - 0 "$(fairness_ratio fairness_loaded_apart pingpong_p99_us)")
 $(row "idle CPU, adaptive mode (2 ms poll budget), nothing to do" "% of a core" "<" 1 "$(each idle.core_percent)")
-$(row "\`rdma link delete\` returns, the device held by an ibev client, 6.1" ms "<=" 1000 "$(removal_values)")
-$(row "the same on 6.12" ms "<=" 1000 "$(removal_values "$raw/vm612.txt")")
+$(row "\`rdma link delete\` returns, the device held by an ibev client, 6.1" ms "<=" 1000 "$(delete_ms ibev)")
+$(row "the same on 6.12" ms "<=" 1000 "$(delete_ms ibev "$raw/vm612.txt")")
 $(row "registry route, 1k hot objects scattered among 1M over 1k objects" ratio "<=" 1.2 "$(reg_rounds ibev_scattered_over_1k)")
 $(row "registry route, the first 1k registered among 1M over 1k objects" ratio "<=" 1.2 "$(reg_rounds ibev_1M_over_1k)")
 $(row_all "registry heap per object with one handler, its Handle included" bytes "<=" 256 "$reg_memory")
@@ -697,8 +696,8 @@ starts, so its row shows that the delete waits for the holder, not a cost.
 
 | kernel | ibev client holding: delete (ms), each round | raw holder letting go after 3000 ms: delete (ms) |
 |---|---|---|
-| 6.1 | $(removal_values) | $(raw_removal) |
-| 6.12 | $(removal_values "$raw/vm612.txt") | $(raw_removal "$raw/vm612.txt") |
+| 6.1 | $(delete_ms ibev) | $(delete_ms raw) |
+| 6.12 | $(delete_ms ibev "$raw/vm612.txt") | $(delete_ms raw "$raw/vm612.txt") |
 
 ## Handlers on executors, \`stop()\`
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <utility>
@@ -157,6 +158,63 @@ class BareTable {
   std::vector<Slot> slots_;
 };
 
+// The floor with one heap block per object, as any registry of type-erased
+// handlers with owning handles keeps (the handler and its count in one
+// block, as make_shared makes it): the same table, each slot naming its
+// object's block, and each event copying the block's pointer, as a
+// snapshot does, then calling through it. Blocks are made in registration
+// order, as the Registry's are, so 1k hot objects scattered among 1M are
+// 1k blocks scattered among 1M: what that costs any such registry is the
+// difference between this and the bare table.
+class BlockTable {
+ public:
+  using Fn = std::function<void(const ibev::Event&)>;
+
+  explicit BlockTable(std::size_t objects) {
+    while ((std::size_t{1} << bits_) < 2 * objects) ++bits_;
+    slots_.resize(std::size_t{1} << bits_);
+    for (std::size_t i = 0; i < objects; ++i) {
+      insert(fake_qp(i), std::make_shared<Fn>([](const ibev::Event& e) {
+               g_sink += static_cast<std::uint64_t>(e.code());
+             }));
+    }
+  }
+
+  double route(const std::vector<ibev::Event>& events) const {
+    return ns_per_op(events.size(), [&] {
+      for (const auto& e : events) {
+        const std::shared_ptr<Fn> handler = find(e.qp());
+        (*handler)(e);
+      }
+    });
+  }
+
+ private:
+  struct Slot {
+    const void* key = nullptr;
+    std::shared_ptr<Fn> fn;
+  };
+  std::size_t home(const void* key) const {  // as BareTable's
+    return static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(key) *
+                                     std::uint64_t{0x9E3779B97F4A7C15}) >>
+                                    (64 - bits_));
+  }
+  std::size_t next(std::size_t i) const { return (i + 1) & (slots_.size() - 1); }
+  void insert(const void* key, std::shared_ptr<Fn> fn) {
+    std::size_t i = home(key);
+    while (slots_[i].key != nullptr) i = next(i);
+    slots_[i] = {key, std::move(fn)};
+  }
+  const std::shared_ptr<Fn>& find(const void* key) const {
+    std::size_t i = home(key);
+    while (slots_[i].key != key) i = next(i);
+    return slots_[i].fn;
+  }
+
+  unsigned bits_ = 1;
+  std::vector<Slot> slots_;
+};
+
 // A median of paired ratios with its order-statistic interval, by the rule
 // of bench/order_stats.awk: [x(k), x(n+1-k)] for the largest k with
 // P(Binomial(n, 1/2) < k) <= 0.025, at least 95 % coverage (15 rounds: k = 4).
@@ -204,8 +262,10 @@ int main() {
     // drift during the run falls on each of them alike.
     RouteCase one(1), thousand(1000), million(1'000'000);
     const BareTable bare_thousand(1000), bare_million(1'000'000);
+    const BlockTable block_thousand(1000), block_million(1'000'000);
     std::vector<double> t1, t1k, t1m, scattered, uniform;
     std::vector<double> bare1k, bare1m, bare_scattered, bare_uniform;
+    std::vector<double> block1k, block_scattered;
     for (int round = 0; round < kRounds; ++round) {
       t1.push_back(one.route(one.same_hot_));
       t1k.push_back(thousand.route(thousand.same_hot_));
@@ -216,6 +276,8 @@ int main() {
       bare1m.push_back(bare_million.route(million.same_hot_));
       bare_scattered.push_back(bare_million.route(million.scattered_hot_));
       bare_uniform.push_back(bare_million.route(million.uniform_));
+      block1k.push_back(block_thousand.route(thousand.same_hot_));
+      block_scattered.push_back(block_million.route(million.scattered_hot_));
     }
     const double base = median(t1k);
     std::printf("route+deliver, ns/event, events on the same 1k objects, registry holding:\n");
@@ -250,6 +312,25 @@ int main() {
     std::printf("the floor (a bare table, see BareTable), ns/event: 1k %.1f, 1M %.1f, "
                 "scattered %.1f, spread %.1f\n",
                 median(bare1k), median(bare1m), median(bare_scattered), median(bare_uniform));
+    print("block_floor_scattered_over_1k", "floor with a block per object, scattered / 1k",
+          block_scattered, block1k);
+    std::printf("the floor with a block per object (see BlockTable), ns/event: 1k %.1f, "
+                "scattered %.1f\n",
+                median(block1k), median(block_scattered));
+    // What scattering adds in time, paired by round: a ratio's base differs
+    // between the two, the nanoseconds do not.
+    const auto difference = [&rounds](const char* name, const char* what,
+                                      const std::vector<double>& over,
+                                      const std::vector<double>& under) {
+      std::vector<double> d;
+      for (std::size_t i = 0; i < over.size(); ++i) d.push_back(over[i] - under[i]);
+      const Ratio added = ratio_of(d);
+      std::printf("  %-44s %5.1f  [%.1f, %.1f] ns\n", what, added.median, added.low, added.high);
+      rounds.emplace_back(name, std::move(d));
+    };
+    difference("ibev_scattered_minus_1k_ns", "ibev, scattered - 1k", scattered, t1k);
+    difference("block_floor_scattered_minus_1k_ns", "floor with a block per object, scattered - 1k",
+               block_scattered, block1k);
     print("ibev_over_floor_1k", "ibev over the floor, 1k objects", t1k, bare1k);
     print("ibev_over_floor_scattered", "ibev over the floor, 1k hot scattered among 1M",
           scattered, bare_scattered);

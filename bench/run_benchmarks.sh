@@ -294,6 +294,61 @@ for mode in ibev raw-floor; do
   for pairs in 1 64 1024; do ir[$mode.$pairs]=$(per_completion_instructions "$mode" "$pairs"); done
 done
 ir_ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.4f", a / b}'; }
+# Where the instructions go at one pair: each function's own count, differenced
+# as above ("fn COUNT OBJECT FUNCTION" lines). profile MODE prints
+# "GROUP PER_COMPLETION FUNCTION" for every function that moved: GROUP is
+# the library it runs in (rdma-core, glibc), or in the benchmark's binary
+# the loop (ibev's code, or the floor loop's), the benchmark's handlers, or
+# other (the standard library's, the loader's).
+profile() {
+  local mode=$1 completions
+  completions=$(for m in 1024 2048; do section "counts $mode 1 $m" | grep '^scale ' | kv completions; done | paste -sd' ')
+  { section "counts $mode 1 1024" | sed 's/^fn /fn1 /'; section "counts $mode 1 2048" | sed 's/^fn /fn2 /'; } |
+    awk -v completions="$completions" '
+      $1 == "fn1" || $1 == "fn2" {
+        name = $4; for (i = 5; i <= NF; ++i) name = name " " $i
+        key = $3 SUBSEP name
+        count[key] += ($1 == "fn2" ? $2 : -$2)
+      }
+      END {
+        split(completions, c, " ")
+        if (c[2] <= c[1]) exit
+        for (key in count) {
+          split(key, part, SUBSEP)
+          object = part[1]; name = part[2]
+          if (object ~ /^libc\.so/) group = "glibc"
+          else if (object ~ /^lib(ibverbs|rxe|mlx|efa|bnxt|hns|irdma|siw)/) group = "rdma-core"
+          else if (object == "softroce_bench" && name ~ /FloorLoop|FloorCq|drain_into|read_event/) group = "loop"
+          else if (object == "softroce_bench" && name ~ /bench::/) group = "handlers"
+          else if (object == "softroce_bench" && name ~ /ibev::/) group = "loop"
+          else group = "other"
+          v = count[key] / (c[2] - c[1])
+          if (v >= 0.05 || v <= -0.05) printf "%s %.1f %s\n", group, v, name
+        }
+      }' | sort -k2,2gr
+}
+profile_ibev=$(profile ibev)
+profile_floor=$(profile raw-floor)
+# profile_groups: "| GROUP | ibev | floor | ibev - floor |" for each group.
+profile_groups() {
+  { echo "$profile_ibev" | sed 's/^/i /'; echo "$profile_floor" | sed 's/^/f /'; } |
+    awk '$2 != "" {sum[$1, $2] += $3; seen[$2] = 1}
+      END {
+        n = split("loop handlers rdma-core glibc other", order, " ")
+        for (k = 1; k <= n; ++k) {
+          g = order[k]; if (!(g in seen)) continue
+          printf "| %s | %.0f | %.0f | %+.0f |\n", g, sum["i", g], sum["f", g], sum["i", g] - sum["f", g]
+          ti += sum["i", g]; tf += sum["f", g]
+        }
+        printf "| all | %.0f | %.0f | %+.0f |\n", ti, tf, ti - tf
+      }'
+}
+# profile_top MODE_TEXT N: the N functions that cost the most a completion.
+profile_top() {
+  echo "$1" | head -n "$2" | awk '{name = $3; for (i = 4; i <= NF; ++i) name = name " " $i
+    gsub(/\|/, "\\|", name); if (length(name) > 110) name = substr(name, 1, 107) "..."
+    printf "| %s | %s | `%s` |\n", $2, $1, name}'
+}
 
 # --- the plots ---------------------------------------------------------------------
 
@@ -496,6 +551,9 @@ $(row "idle CPU, adaptive mode (2 ms poll budget), nothing to do" "% of a core" 
 $(row "\`rdma link delete\` returns, the device held by an ibev client, 6.1" ms "<=" 1000 "$(delete_ms ibev)")
 $(row "the same on 6.12" ms "<=" 1000 "$(delete_ms ibev "$raw/vm612.txt")")
 $(row "registry route, 1k hot objects scattered among 1M over 1k objects" ratio "<=" 1.2 "$(reg_rounds ibev_scattered_over_1k)")
+$(row "the same for a floor registry with one heap block per object (a table of shared_ptr to std::function)" ratio - - "$(reg_rounds block_floor_scattered_over_1k)")
+$(row "what scattering adds to ibev's route, paired by round" ns - - "$(reg_rounds ibev_scattered_minus_1k_ns)")
+$(row "what scattering adds to the floor with a block per object, paired by round" ns - - "$(reg_rounds block_floor_scattered_minus_1k_ns)")
 $(row "registry route, the first 1k registered among 1M over 1k objects" ratio "<=" 1.2 "$(reg_rounds ibev_1M_over_1k)")
 $(row_all "registry heap per object with one handler, its Handle included" bytes "<=" 256 "$reg_memory")
 $(row "registry attach" "ns per handler" "<=" 1000 "$(reg_rounds attach_ns)")
@@ -633,6 +691,29 @@ loop and the verbs its handlers call, the same in both):
 |---|---|---|---|
 $(for pairs in 1 64 1024; do echo "| $pairs | ${ir[ibev.$pairs]:-not counted} | ${ir[raw-floor.$pairs]:-not counted} | $(ir_ratio "${ir[ibev.$pairs]}" "${ir[raw-floor.$pairs]}") |"; done)
 
+Where they go, at one pair: each function's own instructions (callgrind_annotate,
+not inclusive), differenced in the same way, summed by where the function
+runs. "loop" is ibev's code in ibev's column and the floor loop's in the
+floor's; "handlers" are the benchmark's completion handlers, the same in both;
+"other" is the standard library's and the loader's. Both loops run on a thread
+of their own, the main thread waiting, so glibc takes the same paths in both.
+
+| where | ibev | the floor loop | ibev − floor |
+|---|---|---|---|
+$(profile_groups)
+
+The functions that cost ibev the most a completion:
+
+| instructions per completion | where | function |
+|---|---|---|
+$(profile_top "$profile_ibev" 14)
+
+And the floor loop's:
+
+| instructions per completion | where | function |
+|---|---|---|
+$(profile_top "$profile_floor" 10)
+
 ## Memory per QP + CQ pair
 
 \`softroce_bench memory --pairs 1024\`, three runs: 1024 objects of each kind
@@ -719,11 +800,16 @@ the first 1k registered (their memory the most compact), or 1k scattered
 among the 1M (the case the target is about), or spread over all 1M. The
 floor rows route the same events through a bare open-addressing table
 (object, function pointer; no allocation per object): what a table of that
-size costs any registry.
+size costs any registry. The block floor keeps in each slot a pointer to a
+heap block of its object's own (a std::function in a make_shared block,
+made in registration order, as the Registry's are) and copies it per event,
+as a snapshot does: what one block per object costs when the hot objects
+are scattered. The "minus" rows are the same comparisons in nanoseconds
+per event, paired by round, since the two ratios have different bases.
 
 | ratio, paired by round | each round |
 |---|---|
-$(for n in ibev_1M_over_1k ibev_scattered_over_1k ibev_spread_over_1k floor_1M_over_1k floor_scattered_over_1k floor_spread_over_1k ibev_over_floor_1k ibev_over_floor_scattered; do echo "| $n | $(reg_rounds "$n") |"; done)
+$(for n in ibev_1M_over_1k ibev_scattered_over_1k ibev_spread_over_1k floor_1M_over_1k floor_scattered_over_1k floor_spread_over_1k block_floor_scattered_over_1k ibev_scattered_minus_1k_ns block_floor_scattered_minus_1k_ns ibev_over_floor_1k ibev_over_floor_scattered; do echo "| $n | $(reg_rounds "$n") |"; done)
 
 $(cat docs/syscalls.md 2>/dev/null | sed '1s/^# /## /; 1s/$/ (its own run; its date below)/')
 

@@ -266,6 +266,22 @@ for mode in ibev raw-floor; do
         "$bench" scale --pairs "$pairs" --messages "$m" "${flags[@]}" 2>/tmp/valgrind.err |
         grep '^scale ' || tail -n 5 /tmp/valgrind.err
       awk '/^(summary|totals):/ {print "instructions " $2; exit}' /tmp/callgrind.out 2>/dev/null
+      # Where they go, at one pair: each function's own instructions
+      # ("fn COUNT OBJECT FUNCTION"), for the report to difference as above.
+      if [[ $pairs == 1 ]]; then
+        callgrind_annotate --inclusive=no --threshold=100 /tmp/callgrind.out 2>/dev/null |
+          awk 'match($0, /^ *[0-9,]+ \( *[0-9.]+%\)  /) && !/PROGRAM TOTALS/ {
+                 count = $1; gsub(",", "", count)
+                 rest = substr($0, RLENGTH + 1)
+                 object = "?"
+                 if (match(rest, / \[[^]]*\]$/)) {
+                   object = substr(rest, RSTART + 2, RLENGTH - 3); rest = substr(rest, 1, RSTART - 1)
+                   sub(".*/", "", object)
+                 }
+                 sub(/^[^:]*:/, "", rest)
+                 print "fn", count, object, rest
+               }'
+      fi
       rm -f /tmp/callgrind.out
     done
   done

@@ -8,6 +8,8 @@
 //     raw-event: perftest's order, hash-indexed; raw-floor: ibev's order,
 //     no hashing, the floor under ibev's loop.
 //   softroce_bench memory --pairs N
+//   softroce_bench memory-blocks --pairs N  (the headline's pairs made, then
+//                           an exit that frees nothing: for valgrind's DHAT)
 //   softroce_bench fairness --load 0|1|2 [--load-rate MSGS_PER_S] [--mode M]
 //                           [--turn-budget B] [--rounds N]
 #ifndef IBEV_BENCH_LOAD_BENCH_H_

@@ -280,6 +280,27 @@ delete_ms() { section "removal_$1" "${2:-$vm}" | awk '$1 == "removal" && /round=
 # left out for it.)
 memory_runs() { for r in 1 2 3; do section "memory $r" | grep '^memory ' | kv "$1"; done | spaced; }
 memory_step() { for r in 1 2 3; do section "memory $r" | grep "^memory_step name=$1 " | kv overhead_bytes_per_pair; done | spaced; }
+# memory_blocks_sum: bytes per pair in the blocks DHAT listed.
+memory_blocks_sum() {
+  section memory_blocks | grep '^block ' | awk '{for (i = 2; i <= NF; ++i) { split($i, kv, "="); f[kv[1]] = kv[2] }
+    sum += f["chunk"] * f["per_pair"]} END {if (NR > 0) printf "%.0f\n", sum}'
+}
+# memory_blocks: the DHAT table's rows, their sum, and the headline's rest.
+memory_blocks() {
+  local headline
+  headline=$(memory_runs ibev_overhead_bytes_per_pair | tr ' ' '\n' | sort -n | tail -n 1)
+  section memory_blocks | grep '^block ' | awk -v headline="$headline" '
+    {
+      for (i = 2; i <= NF; ++i) { split($i, kv, "="); f[kv[1]] = kv[2] }
+      bytes = f["chunk"] * f["per_pair"]; sum += bytes
+      printf "| `%s` | %d | %d | %.2f | %.0f |\n", f["made_by"], f["asked"], f["chunk"], f["per_pair"], bytes
+    }
+    END {
+      if (NR == 0) { print "| (no DHAT output in this run) | | | | |"; exit }
+      printf "| the blocks, all | | | | %.0f |\n", sum
+      if (headline != "") printf "| the rest of the headline (%s): tables, lists | | | | %.0f |\n", headline, headline - sum
+    }'
+}
 memory_growth() { for r in 1 2 3; do section "memory $r" | grep '^memory_growth ' | kv bytes_per_pair; done | spaced; }
 # Instructions per completion: (count at 2M - count at M) over the
 # completions between, for MODE at PAIRS.
@@ -543,6 +564,7 @@ $(row_all "the same, 1024 pairs" ratio "<=" 1.15 "$(ir_ratio "${ir[ibev.1024]}" 
 $(row_all "instructions per completion, ibev at 1024 pairs over 1 pair (flat: within 5 %)" ratio "<=" 1.05 "$(ir_ratio "${ir[ibev.1024]}" "${ir[ibev.1]}")")
 $(row_all "the same, from below" ratio ">=" 0.95 "$(ir_ratio "${ir[ibev.1024]}" "${ir[ibev.1]}")")
 $(row_all "heap per QueuePair + CompletionQueue beyond rdma-core's, each with its handlers" bytes "<=" 1024 "$(memory_runs ibev_overhead_bytes_per_pair)")
+$(row_all "the same, its per-object blocks alone, no tables (DHAT; the table in Memory)" bytes "<=" 1024 "$(memory_blocks_sum)")
 $(row "port event delay, p50, under a CQ loaded at $load_rate/s on the same Dispatcher, over unloaded" ratio "<=" 2 "$(fairness_ratio fairness_loaded port_p50_us)")
 $(row "second CQ's latency, p50, the same" ratio "<=" 2 "$(fairness_ratio fairness_loaded pingpong_p50_us)")
 $(row "second CQ's latency, p99, the same" ratio "<=" 2 "$(fairness_ratio fairness_loaded pingpong_p99_us)")
@@ -735,6 +757,16 @@ the same rdma-core objects made raw, per object:
 \`\`\`
 $(for r in 1 2 3; do section "memory $r" | grep '^memory '; done)
 \`\`\`
+
+The blocks ibev keeps per pair, by where they are made: valgrind's DHAT over
+\`softroce_bench memory-blocks --pairs 256\`, which makes the headline's
+pairs and exits holding them (bench/dhat_blocks.py). "Chunk" is what glibc's
+malloc takes for the size asked. Blocks made fewer than once per two pairs
+(the tables, the lists) are not listed: they are the rest of the headline.
+
+| made by | bytes asked | malloc chunk | blocks per pair | bytes per pair |
+|---|---|---|---|---|
+$(memory_blocks)
 
 ## Fairness: a loaded CQ against port events and a second CQ
 

@@ -13,6 +13,7 @@
 //   softroce_bench scale --pairs N [--channels C] [--messages N]
 //                        [--mode ibev|raw-event|raw-floor]
 //   softroce_bench memory --pairs N
+//   softroce_bench memory-blocks --pairs N  (for DHAT: exits holding the pairs)
 //   softroce_bench fairness --load 0|1|2 [--load-rate MSGS_PER_S] [--rounds N]
 //                           [--seconds S]
 //   softroce_bench link-down --netdev NAME [--rounds N]
@@ -604,7 +605,7 @@ int main(int argc, char** argv) {
     if (args.command == "rate") return rate(args);
     if (args.command == "stream") return stream(args);
     if (args.command == "scale") return scale(args);
-    if (args.command == "memory") return memory(args);
+    if (args.command == "memory" || args.command == "memory-blocks") return memory(args);
     if (args.command == "fairness") return fairness(args);
     if (args.command == "link-down") return link_down(args);
     if (args.command == "idle") return idle(args);

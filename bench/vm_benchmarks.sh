@@ -248,14 +248,25 @@ for run in 1 2 3; do
   measured memory "$run" timeout 300 "$bench" memory --pairs 1024
 done
 
+# Which blocks those bytes are: valgrind's DHAT lists what is live when
+# `memory-blocks` exits holding its pairs, by where it was made (a count:
+# one run). valgrind keeps fds for itself at the top of the limit it starts
+# with: raise it first, so that the channels fit below (2048 in the counts).
+ulimit -n 65536
+echo "== memory_blocks"
+if timeout 600 valgrind --tool=dhat --dhat-out-file=/tmp/dhat.json \
+  "$bench" memory-blocks --pairs 256 2>/tmp/valgrind.err | grep '^memory_blocks '; then
+  /usr/bin/python3 "$(dirname "$0")/dhat_blocks.py" /tmp/dhat.json 256
+else
+  tail -n 5 /tmp/valgrind.err
+fi
+rm -f /tmp/dhat.json
+
 # Instructions per completion, under callgrind: the whole process with M
 # and with 2M round trips, so that set-up and teardown cancel and what is
 # left is the dispatch path and the verbs it calls, which are the same in
 # both loops. Counted once: timing moves them only through empty polls and
-# events, which the events_per_completion field shows. valgrind keeps fds
-# for itself at the top of the limit it starts with: raise it first, so
-# that 2048 channels fit below.
-ulimit -n 65536
+# events, which the events_per_completion field shows.
 for mode in ibev raw-floor; do
   for pairs in ${IBEV_BENCH_COUNT_PAIRS:-1 64 1024}; do
     for m in 1024 2048; do

@@ -2,17 +2,22 @@
 """The heap blocks ibev keeps per QP+CQ pair, from valgrind's DHAT.
 
 Reads the JSON that `valgrind --tool=dhat` wrote for `softroce_bench
-memory-blocks --pairs N` (which exits holding N pairs and frees nothing) and
-prints one line per place in ibev that made blocks still live at exit:
+memory-blocks --pairs N`, which makes N pairs and one more first (first use,
+as `memory` does), then exits freeing nothing, and prints what was live then:
 
   block made_by=FUNCTION asked=BYTES chunk=BYTES per_pair=BLOCKS
+  dhat places=P ibev_places=Q listed_bytes_per_pair=B ibev_unlisted_bytes_per_pair=U
+       other_bytes_per_pair=O
 
-`asked` is the size requested, `chunk` what glibc's malloc takes for it (its
-8-byte header, rounded up to 16, at least 32). A block counts as ibev's when
-the first frame above the allocator is ibev's own code; rdma-core's blocks
-(the baseline's too) and the benchmark's are left out. Places that made
-fewer than one block per two pairs (tables, lists, what the program made
-once) are left out: the report puts them with the rest of the headline.
+A `block` line is one place in ibev that made at least one block per two
+pairs: `asked` is the size requested, `chunk` what glibc's malloc takes for
+it (its 8-byte header, rounded up to 16, at least 32; glibc's request2size).
+A place counts as ibev's when the first frame above the allocator and the
+standard library is ibev's own code. The `dhat` line says how many places
+held live blocks, how many were ibev's, and the live bytes per pair in the
+listed blocks, in ibev's other places (tables, lists, what was made once)
+and in everyone else's (rdma-core's objects, the benchmark's own), all by
+chunk, so that a report can tell "nothing attributed" from "no run".
 """
 import json
 import re
@@ -20,18 +25,18 @@ import sys
 
 ALLOCATOR = re.compile(r"^(operator new|malloc|calloc|realloc|memalign|posix_memalign|"
                        r"aligned_alloc)\b")
-# Library plumbing between the allocator and the function that asked.
-PLUMBING = re.compile(r"^(std::|__gnu_cxx::|void std::|ibev::detail::ReleasedBy)")
+# Library plumbing between the allocator and the function that asked; tested
+# on the name without its return type.
+PLUMBING = re.compile(r"^(std::|__gnu_cxx::|ibev::detail::ReleasedBy)")
+QUALIFIERS = re.compile(r"(\s+(const|volatile|noexcept|&&|&))+$")
 
 
 def function_name(frame):
     text = re.sub(r"^0x[0-9A-Fa-f]+: ", "", frame)
-    text = re.sub(r" \((?:in|at) [^)]*\)$", "", text)
-    return text
+    return re.sub(r" \((?:in [^)]*|[^()]*:\d+)\)$", "", text)
 
 
-def short_name(name):
-    # Drop the parameter list and template arguments: "ibev::X::create".
+def strip_templates(name):
     depth, out = 0, []
     for ch in name:
         if ch in "<(":
@@ -40,31 +45,52 @@ def short_name(name):
             depth -= 1
         elif depth == 0:
             out.append(ch)
-    return "".join(out).split(" ")[-1] or name
+    return "".join(out)
+
+
+def qualified_name(name):
+    """"std::shared_ptr<X> ibev::A::make<T>(int) const" -> "ibev::A::make"."""
+    bare = QUALIFIERS.sub("", strip_templates(name).strip())
+    return bare.split(" ")[-1] if bare else name
 
 
 def chunk(asked):
     return max(32, (asked + 8 + 15) // 16 * 16)
 
 
-def main(path, pairs):
+def main(path, pairs_made):
+    pairs = pairs_made + 1  # the first-use pair is live too
     data = json.load(open(path))
     frames = data["ftbl"]
     made = {}
+    places = ibev_places = 0
+    unlisted = other = 0
     for pp in data["pps"]:
         blocks, live = pp.get("ebk", 0), pp.get("eb", 0)
-        if blocks * 2 < pairs:
+        if blocks == 0:
             continue
+        places += 1
         names = [function_name(frames[i]) for i in pp["fs"]]
-        caller = next((n for n in names if not ALLOCATOR.match(n) and not PLUMBING.match(n)),
-                      "?")
+        caller = next((qualified_name(n) for n in names
+                       if not ALLOCATOR.match(n) and not PLUMBING.match(qualified_name(n))), "?")
+        asked = live // blocks  # every block of a place below is one size
         if not caller.startswith("ibev::"):
+            other += chunk(asked) * blocks
             continue
-        key = (short_name(caller), live // blocks)
-        made[key] = made.get(key, 0) + blocks
-    for (who, asked), blocks in sorted(made.items(), key=lambda kv: -kv[0][1] * kv[1]):
+        ibev_places += 1
+        if blocks * 2 < pairs or live % blocks != 0:
+            unlisted += chunk(asked) * blocks
+            continue
+        made[(caller, asked)] = made.get((caller, asked), 0) + blocks
+    listed = 0
+    for (who, asked), blocks in sorted(made.items(), key=lambda kv: -chunk(kv[0][1]) * kv[1]):
+        listed += chunk(asked) * blocks
         print(f"block made_by={who} asked={asked} chunk={chunk(asked)} "
               f"per_pair={blocks / pairs:.2f}")
+    print(f"dhat places={places} ibev_places={ibev_places} "
+          f"listed_bytes_per_pair={listed / pairs:.0f} "
+          f"ibev_unlisted_bytes_per_pair={unlisted / pairs:.0f} "
+          f"other_bytes_per_pair={other / pairs:.0f}")
 
 
 if __name__ == "__main__":

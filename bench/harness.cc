@@ -16,8 +16,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <numeric>
+#include <thread>
 
 namespace bench {
 
@@ -120,6 +122,18 @@ void check(int rc, const char* verb) {
     std::fprintf(stderr, "softroce_bench: %s failed: %s\n", verb, std::strerror(rc));
     std::exit(3);
   }
+}
+
+void run_on_own_thread(const std::function<void()>& loop) {
+  std::exception_ptr thrown;
+  std::thread([&] {
+    try {
+      loop();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+  }).join();
+  if (thrown) std::rethrow_exception(thrown);
 }
 
 void require_success(const ibv_wc& wc) {

@@ -91,6 +91,13 @@ ibv_context* open_raw_device(const std::string& name);
 // Takes `netdev` up or down (SIOCSIFFLAGS); false when that failed.
 bool set_link(const std::string& netdev, bool up);
 
+// Runs `loop` on a thread of its own and waits for it, as a Dispatcher runs
+// its loop on its thread while the caller waits, so that a raw loop runs in
+// a process with two threads as ibev's does: glibc's system call wrappers
+// take their cancellation path, and libstdc++ its atomic counts, only then.
+// What `loop` throws is thrown here.
+void run_on_own_thread(const std::function<void()>& loop);
+
 // Blocks until set() or the limit; false on timeout.
 class Flag {
  public:

@@ -251,19 +251,17 @@ int scale(const Args& args) {
   };
   const auto done = [&] { return round_trips >= total; };
   // The raw loops run on a thread of their own, this one waiting, as a
-  // Dispatcher's does: once a process has a second thread, glibc's system
-  // call wrappers take their cancellation path (about 20 instructions a
-  // call), which every ibev process pays and a one-thread loop would not.
+  // Dispatcher's does (run_on_own_thread: what glibc costs differs).
   if (raw_event) {
-    std::thread([&] { events = serve_raw(raw_handlers, begin, done); }).join();
+    run_on_own_thread([&] { events = serve_raw(raw_handlers, begin, done); });
   } else if (raw_floor) {
     // The ack batch and the reads per channel of ibev's run of this benchmark.
     FloorLoop floor(floor_cqs, options_for(args).ack_batch, dispatcher_options.batch);
     bool served = false;
-    std::thread([&] {
+    run_on_own_thread([&] {
       begin();
       served = floor.run(done);
-    }).join();
+    });
     if (!served) {
       std::fprintf(stderr, "softroce_bench: the round robin stalled\n");
       return 4;

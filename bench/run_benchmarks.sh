@@ -280,26 +280,23 @@ delete_ms() { section "removal_$1" "${2:-$vm}" | awk '$1 == "removal" && /round=
 # left out for it.)
 memory_runs() { for r in 1 2 3; do section "memory $r" | grep '^memory ' | kv "$1"; done | spaced; }
 memory_step() { for r in 1 2 3; do section "memory $r" | grep "^memory_step name=$1 " | kv overhead_bytes_per_pair; done | spaced; }
-# memory_blocks_sum: bytes per pair in the blocks DHAT listed.
-memory_blocks_sum() {
-  section memory_blocks | grep '^block ' | awk '{for (i = 2; i <= NF; ++i) { split($i, kv, "="); f[kv[1]] = kv[2] }
-    sum += f["chunk"] * f["per_pair"]} END {if (NR > 0) printf "%.0f\n", sum}'
-}
-# memory_blocks: the DHAT table's rows, their sum, and the headline's rest.
+# memory_dhat NAME: NAME's value on bench/dhat_blocks.py's summary line.
+memory_dhat() { section memory_blocks | grep '^dhat ' | kv "$1"; }
+# memory_blocks: the DHAT table's rows (bench/dhat_blocks.py's block lines),
+# then its summary's sums per pair.
 memory_blocks() {
-  local headline
-  headline=$(memory_runs ibev_overhead_bytes_per_pair | tr ' ' '\n' | sort -n | tail -n 1)
-  section memory_blocks | grep '^block ' | awk -v headline="$headline" '
+  if [[ -z $(memory_dhat places) ]]; then
+    echo "| (DHAT did not run, or wrote nothing, in this run) | | | | |"
+    return
+  fi
+  section memory_blocks | grep '^block ' | awk '
     {
-      for (i = 2; i <= NF; ++i) { split($i, kv, "="); f[kv[1]] = kv[2] }
-      bytes = f["chunk"] * f["per_pair"]; sum += bytes
-      printf "| `%s` | %d | %d | %.2f | %.0f |\n", f["made_by"], f["asked"], f["chunk"], f["per_pair"], bytes
-    }
-    END {
-      if (NR == 0) { print "| (no DHAT output in this run) | | | | |"; exit }
-      printf "| the blocks, all | | | | %.0f |\n", sum
-      if (headline != "") printf "| the rest of the headline (%s): tables, lists | | | | %.0f |\n", headline, headline - sum
+      for (i = 2; i <= NF; ++i) { v = $i; k = v; sub(/=.*/, "", k); sub(/^[^=]*=/, "", v); f[k] = v }
+      printf "| `%s` | %d | %d | %.2f | %.0f |\n", f["made_by"], f["asked"], f["chunk"], f["per_pair"], f["chunk"] * f["per_pair"]
     }'
+  echo "| the blocks listed, all | | | | $(memory_dhat listed_bytes_per_pair) |"
+  echo "| ibev's other blocks live at exit (tables, lists, what is made once; $(memory_dhat ibev_places) places in all) | | | | $(memory_dhat ibev_unlisted_bytes_per_pair) |"
+  echo "| everyone else's (rdma-core's objects, the benchmark's) | | | | $(memory_dhat other_bytes_per_pair) |"
 }
 memory_growth() { for r in 1 2 3; do section "memory $r" | grep '^memory_growth ' | kv bytes_per_pair; done | spaced; }
 # Instructions per completion: (count at 2M - count at M) over the
@@ -339,21 +336,28 @@ profile() {
           object = part[1]; name = part[2]
           if (object ~ /^libc\.so/) group = "glibc"
           else if (object ~ /^lib(ibverbs|rxe|mlx|efa|bnxt|hns|irdma|siw)/) group = "rdma-core"
-          else if (object == "softroce_bench" && name ~ /FloorLoop|FloorCq|drain_into|read_event/) group = "loop"
+          # The floor loop and its stop test (a bool() std::function it
+          # calls each turn) are its loop; the rest of the benchmark code
+          # runs inside the completion handlers, the same in both.
+          else if (object == "softroce_bench" && name ~ /FloorLoop|FloorCq|drain_into|read_event|^std::_Function_handler<bool \(\)/) group = "loop"
           else if (object == "softroce_bench" && name ~ /bench::/) group = "handlers"
           else if (object == "softroce_bench" && name ~ /ibev::/) group = "loop"
           else group = "other"
-          v = count[key] / (c[2] - c[1])
-          if (v >= 0.05 || v <= -0.05) printf "%s %.1f %s\n", group, v, name
+          printf "%s %.2f %s\n", group, count[key] / (c[2] - c[1]), name
         }
       }' | sort -k2,2gr
 }
 profile_ibev=$(profile ibev)
 profile_floor=$(profile raw-floor)
-# profile_groups: "| GROUP | ibev | floor | ibev - floor |" for each group.
+# profile_groups: "| GROUP | ibev | floor | ibev - floor |" for each group,
+# or one row saying which side has no per-function counts.
 profile_groups() {
+  if [[ -z $profile_ibev || -z $profile_floor ]]; then
+    echo "| (no per-function counts in this run for $([[ -z $profile_ibev ]] && echo "ibev")$([[ -z $profile_ibev && -z $profile_floor ]] && echo " and ")$([[ -z $profile_floor ]] && echo "the floor loop")) | | | |"
+    return
+  fi
   { echo "$profile_ibev" | sed 's/^/i /'; echo "$profile_floor" | sed 's/^/f /'; } |
-    awk '$2 != "" {sum[$1, $2] += $3; seen[$2] = 1}
+    awk '{sum[$1, $2] += $3; seen[$2] = 1}
       END {
         n = split("loop handlers rdma-core glibc other", order, " ")
         for (k = 1; k <= n; ++k) {
@@ -366,6 +370,7 @@ profile_groups() {
 }
 # profile_top MODE_TEXT N: the N functions that cost the most a completion.
 profile_top() {
+  [[ -n $1 ]] || { echo "| | | (no per-function counts in this run) |"; return; }
   echo "$1" | head -n "$2" | awk '{name = $3; for (i = 4; i <= NF; ++i) name = name " " $i
     gsub(/\|/, "\\|", name); if (length(name) > 110) name = substr(name, 1, 107) "..."
     printf "| %s | %s | `%s` |\n", $2, $1, name}'
@@ -524,7 +529,7 @@ writes this report again from it.
   later than the 67 ms ACK timeout both tools set); each table shows how
   many a configuration's runs had, beside its figures. The host records its own load
   beside the VM's: a run during which more than a quarter of a core was busy
-  with something else is dropped too. This run: $rejected runs rerun,
+  with something else is dropped too. This run: $rejected $([[ $rejected == 1 ]] && echo run || echo runs) rerun,
   $dropped_count dropped$(if [[ -n $all_dropped ]]; then echo ":"; else echo "."; fi)
 $all_dropped
 - A ratio is computed per round (a configuration over its baseline in the
@@ -564,7 +569,7 @@ $(row_all "the same, 1024 pairs" ratio "<=" 1.15 "$(ir_ratio "${ir[ibev.1024]}" 
 $(row_all "instructions per completion, ibev at 1024 pairs over 1 pair (flat: within 5 %)" ratio "<=" 1.05 "$(ir_ratio "${ir[ibev.1024]}" "${ir[ibev.1]}")")
 $(row_all "the same, from below" ratio ">=" 0.95 "$(ir_ratio "${ir[ibev.1024]}" "${ir[ibev.1]}")")
 $(row_all "heap per QueuePair + CompletionQueue beyond rdma-core's, each with its handlers" bytes "<=" 1024 "$(memory_runs ibev_overhead_bytes_per_pair)")
-$(row_all "the same, its per-object blocks alone, no tables (DHAT; the table in Memory)" bytes "<=" 1024 "$(memory_blocks_sum)")
+$(row_all "what ibev's per-object blocks alone come to, no tables (DHAT, 256 pairs; the table in Memory)" bytes - - "$(memory_dhat listed_bytes_per_pair)")
 $(row "port event delay, p50, under a CQ loaded at $load_rate/s on the same Dispatcher, over unloaded" ratio "<=" 2 "$(fairness_ratio fairness_loaded port_p50_us)")
 $(row "second CQ's latency, p50, the same" ratio "<=" 2 "$(fairness_ratio fairness_loaded pingpong_p50_us)")
 $(row "second CQ's latency, p99, the same" ratio "<=" 2 "$(fairness_ratio fairness_loaded pingpong_p99_us)")
@@ -573,9 +578,10 @@ $(row "idle CPU, adaptive mode (2 ms poll budget), nothing to do" "% of a core" 
 $(row "\`rdma link delete\` returns, the device held by an ibev client, 6.1" ms "<=" 1000 "$(delete_ms ibev)")
 $(row "the same on 6.12" ms "<=" 1000 "$(delete_ms ibev "$raw/vm612.txt")")
 $(row "registry route, 1k hot objects scattered among 1M over 1k objects" ratio "<=" 1.2 "$(reg_rounds ibev_scattered_over_1k)")
-$(row "the same for a floor registry with one heap block per object (a table of shared_ptr to std::function)" ratio - - "$(reg_rounds block_floor_scattered_over_1k)")
+$(row "the same for a floor registry with one heap block per object (a std::function and a count)" ratio - - "$(reg_rounds block_floor_scattered_over_1k)")
 $(row "what scattering adds to ibev's route, paired by round" ns - - "$(reg_rounds ibev_scattered_minus_1k_ns)")
 $(row "what scattering adds to the floor with a block per object, paired by round" ns - - "$(reg_rounds block_floor_scattered_minus_1k_ns)")
+$(row "what scattering adds to ibev beyond what it adds to the block floor, paired by round" ns - - "$(reg_rounds ibev_added_beyond_block_floor_ns)")
 $(row "registry route, the first 1k registered among 1M over 1k objects" ratio "<=" 1.2 "$(reg_rounds ibev_1M_over_1k)")
 $(row_all "registry heap per object with one handler, its Handle included" bytes "<=" 256 "$reg_memory")
 $(row "registry attach" "ns per handler" "<=" 1000 "$(reg_rounds attach_ns)")
@@ -760,9 +766,13 @@ $(for r in 1 2 3; do section "memory $r" | grep '^memory '; done)
 
 The blocks ibev keeps per pair, by where they are made: valgrind's DHAT over
 \`softroce_bench memory-blocks --pairs 256\`, which makes the headline's
-pairs and exits holding them (bench/dhat_blocks.py). "Chunk" is what glibc's
-malloc takes for the size asked. Blocks made fewer than once per two pairs
-(the tables, the lists) are not listed: they are the rest of the headline.
+pairs (and one first) and exits holding them, freeing nothing
+(bench/dhat_blocks.py). "Chunk" is what glibc's malloc takes for the size
+asked. A place counts as ibev's when the first frame above the allocator and
+the standard library is ibev's; places that made fewer blocks than one per
+two pairs (tables, lists) are summed apart. This is one run at 256 pairs,
+in malloc's chunks, with nothing subtracted: its sums are not the
+headline's terms.
 
 | made by | bytes asked | malloc chunk | blocks per pair | bytes per pair |
 |---|---|---|---|---|
@@ -833,15 +843,15 @@ among the 1M (the case the target is about), or spread over all 1M. The
 floor rows route the same events through a bare open-addressing table
 (object, function pointer; no allocation per object): what a table of that
 size costs any registry. The block floor keeps in each slot a pointer to a
-heap block of its object's own (a std::function in a make_shared block,
-made in registration order, as the Registry's are) and copies it per event,
-as a snapshot does: what one block per object costs when the hot objects
-are scattered. The "minus" rows are the same comparisons in nanoseconds
+heap block of its object's own (a std::function and a count, made in
+registration order, as the Registry's are) and counts it up and down per
+event, as a snapshot's copy does: what one block per object costs when the
+hot objects are scattered. Both floors' slots are 16 bytes. The "minus" rows are the same comparisons in nanoseconds
 per event, paired by round, since the two ratios have different bases.
 
 | ratio, paired by round | each round |
 |---|---|
-$(for n in ibev_1M_over_1k ibev_scattered_over_1k ibev_spread_over_1k floor_1M_over_1k floor_scattered_over_1k floor_spread_over_1k block_floor_scattered_over_1k ibev_scattered_minus_1k_ns block_floor_scattered_minus_1k_ns ibev_over_floor_1k ibev_over_floor_scattered; do echo "| $n | $(reg_rounds "$n") |"; done)
+$(for n in ibev_1M_over_1k ibev_scattered_over_1k ibev_spread_over_1k floor_1M_over_1k floor_scattered_over_1k floor_spread_over_1k block_floor_scattered_over_1k ibev_scattered_minus_1k_ns block_floor_scattered_minus_1k_ns ibev_added_beyond_block_floor_ns ibev_over_floor_1k ibev_over_floor_scattered; do echo "| $n | $(reg_rounds "$n") |"; done)
 
 $(cat docs/syscalls.md 2>/dev/null | sed '1s/^# /## /; 1s/$/ (its own run; its date below)/')
 

@@ -41,7 +41,7 @@ verdict_row() {
       # against a lower one.
       worst = (op == ">=" || op == ">") ? x[1] : MAX
       printf "| %s (%s) | %s | %s | %s | %s | %s | %s |\n", name, unit, MEDIAN, interval, worst,
-             op == "-" ? "" : op " " target, op == "-" ? n " runs" : over " of " n, verdict
+             op == "-" ? "" : op " " target, op == "-" ? n (n == 1 ? " run" : " runs") : over " of " n, verdict
     }
 PROGRAM
 ) -v kind="$kind" -v name="$name" -v unit="$unit" -v values="$*" -v op="$op" \

@@ -280,7 +280,7 @@ for mode in ibev raw-floor; do
       # Where they go, at one pair: each function's own instructions
       # ("fn COUNT OBJECT FUNCTION"), for the report to difference as above.
       if [[ $pairs == 1 ]]; then
-        callgrind_annotate --inclusive=no --threshold=100 /tmp/callgrind.out 2>/dev/null |
+        callgrind_annotate --inclusive=no --auto=no --threshold=100 /tmp/callgrind.out 2>/dev/null |
           awk 'match($0, /^ *[0-9,]+ \( *[0-9.]+%\)  /) && !/PROGRAM TOTALS/ {
                  count = $1; gsub(",", "", count)
                  rest = substr($0, RLENGTH + 1)

@@ -10,7 +10,8 @@ as `memory` does), then exits freeing nothing, and prints what was live then:
        other_bytes_per_pair=O
 
 A `block` line is one place in ibev that made at least one block per two
-pairs: `asked` is the size requested, `chunk` what glibc's malloc takes for
+pairs, all of one size (a place whose blocks differ in size is summed with
+the unlisted, its chunks estimated from their mean size): `asked` is the size requested, `chunk` what glibc's malloc takes for
 it (its 8-byte header, rounded up to 16, at least 32; glibc's request2size).
 A place counts as ibev's when the first frame above the allocator and the
 standard library is ibev's own code. The `dhat` line says how many places

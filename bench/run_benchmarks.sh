@@ -297,6 +297,14 @@ memory_blocks() {
   echo "| the blocks listed, all | | | | $(memory_dhat listed_bytes_per_pair) |"
   echo "| ibev's other blocks live at exit (tables, lists, what is made once; $(memory_dhat ibev_places) places in all) | | | | $(memory_dhat ibev_unlisted_bytes_per_pair) |"
   echo "| everyone else's (rdma-core's objects, the benchmark's) | | | | $(memory_dhat other_bytes_per_pair) |"
+  # What the listed blocks leave of the target, computed: they are made per
+  # pair whatever the tables cost.
+  awk -v listed="$(memory_dhat listed_bytes_per_pair)" 'BEGIN {
+    if (listed == "") exit
+    printf "\nThe listed blocks alone come to %d bytes a pair, ", listed
+    if (listed > 1024) printf "%d more than the 1024-byte target: meeting it takes fewer or smaller blocks per pair, whatever the tables cost.\n", listed - 1024
+    else printf "which leaves %d bytes of the 1024-byte target for the tables and the rest.\n", 1024 - listed
+  }'
 }
 memory_growth() { for r in 1 2 3; do section "memory $r" | grep '^memory_growth ' | kv bytes_per_pair; done | spaced; }
 # Instructions per completion: (count at 2M - count at M) over the
@@ -314,7 +322,7 @@ done
 ir_ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.4f", a / b}'; }
 # Where the instructions go at one pair: each function's own count, differenced
 # as above ("fn COUNT OBJECT FUNCTION" lines). profile MODE prints
-# "GROUP PER_COMPLETION FUNCTION" for every function that moved: GROUP is
+# "GROUP PER_COMPLETION FUNCTION" for every function: GROUP is
 # the library it runs in (rdma-core, glibc), or in the benchmark's binary
 # the loop (ibev's code, or the floor loop's), the benchmark's handlers, or
 # other (the standard library's, the loader's).
@@ -343,7 +351,7 @@ profile() {
           else if (object == "softroce_bench" && name ~ /bench::/) group = "handlers"
           else if (object == "softroce_bench" && name ~ /ibev::/) group = "loop"
           else group = "other"
-          printf "%s %.2f %s\n", group, count[key] / (c[2] - c[1]), name
+          printf "%s %.4f %s\n", group, count[key] / (c[2] - c[1]), name
         }
       }' | sort -k2,2gr
 }
@@ -373,7 +381,7 @@ profile_top() {
   [[ -n $1 ]] || { echo "| | | (no per-function counts in this run) |"; return; }
   echo "$1" | head -n "$2" | awk '{name = $3; for (i = 4; i <= NF; ++i) name = name " " $i
     gsub(/\|/, "\\|", name); if (length(name) > 110) name = substr(name, 1, 107) "..."
-    printf "| %s | %s | `%s` |\n", $2, $1, name}'
+    printf "| %.1f | %s | `%s` |\n", $2, $1, name}'
 }
 
 # --- the plots ---------------------------------------------------------------------
@@ -605,11 +613,12 @@ What each row does:
   CQ in event mode); the receive handler posts the reply. It does not wait
   for the send's completion before the next receive: the Dispatcher serves
   whichever comes first.
-- **without ibev, perftest's order**: this harness, no Dispatcher: the main
-  thread sleeps in a blocking \`ibv_get_cq_event\`, acks, re-arms and drains;
-  after each signaled send it waits for its completion as perftest does.
+- **without ibev, perftest's order**: this harness, no Dispatcher: a thread
+  of its own (the main thread waiting, as with a Dispatcher) sleeps in a
+  blocking \`ibv_get_cq_event\`, acks, re-arms and drains; after each
+  signaled send it waits for its completion as perftest does.
 - **without ibev, ibev's order (the floor)**: this harness, no Dispatcher:
-  one epoll over both channels; on a wake-up, drain, read the event, ack (in
+  one epoll over both channels, on a thread of its own; on a wake-up, drain, read the event, ack (in
   batches), re-arm, drain again: ibev's event path, with nothing of ibev's
   (no registry, no guards, no table).
 - **ibev, 1 in 32 signaled**: how an application runs it: one send in 32
@@ -765,12 +774,12 @@ $(for r in 1 2 3; do section "memory $r" | grep '^memory '; done)
 \`\`\`
 
 The blocks ibev keeps per pair, by where they are made: valgrind's DHAT over
-\`softroce_bench memory-blocks --pairs 256\`, which makes the headline's
-pairs (and one first) and exits holding them, freeing nothing
+\`softroce_bench memory-blocks --pairs 256\`, which makes 256 pairs of the
+headline's kind (and one first) and exits holding them, freeing nothing
 (bench/dhat_blocks.py). "Chunk" is what glibc's malloc takes for the size
 asked. A place counts as ibev's when the first frame above the allocator and
 the standard library is ibev's; places that made fewer blocks than one per
-two pairs (tables, lists) are summed apart. This is one run at 256 pairs,
+two pairs (tables, lists), or blocks of several sizes, are summed apart. This is one run at 256 pairs,
 in malloc's chunks, with nothing subtracted: its sums are not the
 headline's terms.
 
@@ -846,8 +855,16 @@ size costs any registry. The block floor keeps in each slot a pointer to a
 heap block of its object's own (a std::function and a count, made in
 registration order, as the Registry's are) and counts it up and down per
 event, as a snapshot's copy does: what one block per object costs when the
-hot objects are scattered. Both floors' slots are 16 bytes. The "minus" rows are the same comparisons in nanoseconds
-per event, paired by round, since the two ratios have different bases.
+hot objects are scattered. Both floors' slots are 16 bytes. The "minus"
+rows are the same comparisons in nanoseconds per event, paired by round,
+since the two ratios have different bases; the last of them is what
+scattering adds to ibev less what it adds to the block floor, round by
+round. A thread is started first, so that every case runs in a process
+with threads, as any with a Dispatcher does. A round during which more than
+a quarter of a core was busy with something else is dropped, every case of
+it; this run: $(awk '$1 == "host_load" {for (i = 2; i <= NF; ++i) {split($i, kv, "="); f[kv[1]] = kv[2]}
+  printf "%d of %d rounds dropped, the busiest %.2f cores", f["dropped"], f["rounds"], f["worst_foreign_cores"]}' "$raw/registry.txt").
+
 
 | ratio, paired by round | each round |
 |---|---|

@@ -172,7 +172,7 @@ report=$(mktemp docs/.syscalls.XXXXXX)  # written whole, then renamed: a failed 
   echo "  reply, then reads the channel's event, drains, re-arms and drains once more. One"
   echo "  send in 32 is signaled and the send CQ is polled without waiting."
   echo "- **raw_event**: the same harness, its Dispatcher made without a watchdog and never"
-  echo "  started: the main thread sleeps in a blocking ibv_get_cq_event (a read of the"
+  echo "  started: a thread of its own sleeps in a blocking ibv_get_cq_event (a read of the"
   echo "  channel), acks it, re-arms and drains; the same sends, signaling and waits: the"
   echo "  floor ibev is held to."
   echo "- **ibev_every**: \`latency --mode event --signal-every 1 --send-cq event\`: every send"

@@ -120,10 +120,14 @@ int latency(const Args& args) {
   // The raw modes are this harness without ibev, the baselines for what the
   // harness itself costs. raw-poll: this thread spins on ibv_poll_cq, as
   // perftest's busy-poll mode does (its Dispatcher runs, with no CQ to
-  // serve). raw-event: this thread sleeps in a blocking ibv_get_cq_event,
-  // acks, re-arms and drains, as perftest -e does. raw-floor: ibev's order in
-  // a loop of this thread's own (FloorLoop), the floor under event mode.
-  // Both use the CQs' channels directly and never start the Dispatcher.
+  // serve). raw-event: a thread of its own (run_on_own_thread), this one
+  // waiting, sleeps in a blocking ibv_get_cq_event, acks, re-arms and
+  // drains, as perftest -e does. raw-floor: ibev's order in a loop on a
+  // thread of its own (FloorLoop), the floor under event mode. Both use the
+  // CQs' channels directly and never start the Dispatcher. Their thread
+  // starts after the first ping is sent: one sample in all of a run's pays
+  // for its start, which moves the average and the maximum, not the
+  // typical value or p99.
   const bool raw_poll = args.mode == "raw-poll";
   const bool raw_event = args.mode == "raw-event";
   const bool raw_floor = args.mode == "raw-floor";
@@ -345,6 +349,8 @@ int rate(const Args& args) {
 
   const double cpu_before = cpu_seconds();
   const auto start = Clock::now();
+  // On this thread: only its system calls are counted (run_syscalls.sh's
+  // raw_stream), which threads do not change.
   if (raw_event) {
     if (!server) post_more();
     const auto finished_here = [&] { return done.load(); };

@@ -414,7 +414,9 @@ int memory(const Args& args) {
     if (args.command == "memory-blocks") {
       // Under valgrind's DHAT (bench/vm_benchmarks.sh), which lists the
       // blocks live at exit by where they were made: an exit that destroys
-      // nothing leaves it the pairs' own.
+      // nothing leaves it all that is held, the pairs among the rest (the
+      // Dispatcher, the device), and bench/dhat_blocks.py picks out ibev's
+      // places that made a block or more per pair.
       std::printf("memory_blocks pairs=%d\n", n);
       std::fflush(stdout);
       std::_Exit(0);

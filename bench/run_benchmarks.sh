@@ -618,9 +618,9 @@ What each row does:
   blocking \`ibv_get_cq_event\`, acks, re-arms and drains; after each
   signaled send it waits for its completion as perftest does.
 - **without ibev, ibev's order (the floor)**: this harness, no Dispatcher:
-  one epoll over both channels, on a thread of its own; on a wake-up, drain, read the event, ack (in
-  batches), re-arm, drain again: ibev's event path, with nothing of ibev's
-  (no registry, no guards, no table).
+  one epoll over both channels, on a thread of its own; on a wake-up, drain,
+  read the event, ack (in batches), re-arm, drain again: ibev's event path,
+  with nothing of ibev's (no registry, no guards, no table).
 - **ibev, 1 in 32 signaled**: how an application runs it: one send in 32
   signaled, the send CQ polled without waiting; less work than perftest's
   loop, so its ratio to perftest has no target.
@@ -779,9 +779,9 @@ headline's kind (and one first) and exits holding them, freeing nothing
 (bench/dhat_blocks.py). "Chunk" is what glibc's malloc takes for the size
 asked. A place counts as ibev's when the first frame above the allocator and
 the standard library is ibev's; places that made fewer blocks than one per
-two pairs (tables, lists), or blocks of several sizes, are summed apart. This is one run at 256 pairs,
-in malloc's chunks, with nothing subtracted: its sums are not the
-headline's terms.
+two pairs (tables, lists), or blocks of several sizes, are summed apart.
+This is one run at 256 pairs, in malloc's chunks, with nothing subtracted:
+its sums are not the headline's terms.
 
 | made by | bytes asked | malloc chunk | blocks per pair | bytes per pair |
 |---|---|---|---|---|
@@ -864,7 +864,6 @@ with threads, as any with a Dispatcher does. A round during which more than
 a quarter of a core was busy with something else is dropped, every case of
 it; this run: $(awk '$1 == "host_load" {for (i = 2; i <= NF; ++i) {split($i, kv, "="); f[kv[1]] = kv[2]}
   printf "%d of %d rounds dropped, the busiest %.2f cores", f["dropped"], f["rounds"], f["worst_foreign_cores"]}' "$raw/registry.txt").
-
 
 | ratio, paired by round | each round |
 |---|---|

@@ -6,7 +6,6 @@
 // every round's values on "ratio_rounds NAME v1 ... vN" lines for scripts; it
 // never fails on timing. Run: bazel run -c opt //bench:registry_bench
 #include <malloc.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +23,8 @@
 #include <vector>
 
 #include <ibev/core/registry.h>
+
+#include "bench/cpu_time.h"
 
 namespace {
 
@@ -210,10 +211,10 @@ class BlockTable : public OpenTable<Block*, CallBlock> {
 // over the wall time.
 class HostLoad {
  public:
-  HostLoad() : busy_(host_busy_s()), own_(own_cpu_s()), start_(Clock::now()) {}
+  HostLoad() : busy_(host_busy_s()), own_(bench::cpu_seconds()), start_(Clock::now()) {}
   double foreign_cores() const {
     const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
-    const double foreign = (host_busy_s() - busy_) - (own_cpu_s() - own_);
+    const double foreign = (host_busy_s() - busy_) - (bench::cpu_seconds() - own_);
     return wall > 0 ? std::max(0.0, foreign / wall) : 0;
   }
 
@@ -229,12 +230,6 @@ class HostLoad {
     return static_cast<double>(user + nice + system + irq + softirq) /
            static_cast<double>(sysconf(_SC_CLK_TCK));
   }
-  static double own_cpu_s() {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-           static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
-  }
   const double busy_, own_;
   const Clock::time_point start_;
 };
@@ -245,9 +240,13 @@ class HostLoad {
 struct Ratio {
   double median, low, high;
 };
-std::vector<double> paired(const std::vector<double>& over, const std::vector<double>& under) {
+// Round by round: `over` combined with `under` (a ratio by default, or a
+// difference).
+template <typename Combine = std::divides<double>>
+std::vector<double> paired(const std::vector<double>& over, const std::vector<double>& under,
+                           Combine combine = {}) {
   std::vector<double> r;
-  for (std::size_t i = 0; i < over.size(); ++i) r.push_back(over[i] / under[i]);
+  for (std::size_t i = 0; i < over.size(); ++i) r.push_back(combine(over[i], under[i]));
   return r;
 }
 Ratio ratio_of(std::vector<double> r) {
@@ -350,9 +349,7 @@ int main() {
       rounds.emplace_back(name, std::move(r));
     };
     const auto minus = [](const std::vector<double>& a, const std::vector<double>& b) {
-      std::vector<double> d;
-      for (std::size_t i = 0; i < a.size(); ++i) d.push_back(a[i] - b[i]);
-      return d;
+      return paired(a, b, std::minus<double>());
     };
     std::printf("ratios paired by round, median [95 %% interval]:\n");
     // The targets are issue #26's.

@@ -83,13 +83,20 @@ std::chrono::milliseconds RecoverySchedule::next_delay() {
 std::string_view to_string(RecoveryAction::Kind kind) noexcept {
   using Kind = RecoveryAction::Kind;
   switch (kind) {
-    case Kind::kNothing: return "nothing";
-    case Kind::kWait: return "wait";
-    case Kind::kDrain: return "drain";
-    case Kind::kReset: return "reset";
-    case Kind::kReconnect: return "reconnect";
-    case Kind::kAbort: return "abort";
-    case Kind::kFail: return "fail";
+    case Kind::kNothing:
+      return "nothing";
+    case Kind::kWait:
+      return "wait";
+    case Kind::kDrain:
+      return "drain";
+    case Kind::kReset:
+      return "reset";
+    case Kind::kReconnect:
+      return "reconnect";
+    case Kind::kAbort:
+      return "abort";
+    case Kind::kFail:
+      return "fail";
   }
   return "unknown";
 }
@@ -160,8 +167,8 @@ RecoveryAction RecoveryLadder::next(const RecoveryInput& input, Clock::time_poin
     case In::kAttemptFailed: {
       if (!current(input.step) || phase_ != Phase::kDown) return {};
       const bool began = input.kind == In::kWentDown;
-      const RecoveryDecision decision = began ? schedule_.went_down(now)
-                                              : schedule_.attempt_failed(now);
+      const RecoveryDecision decision =
+          began ? schedule_.went_down(now) : schedule_.attempt_failed(now);
       const bool at_once = soon_;
       soon_ = false;
       if (!decision.delay) {

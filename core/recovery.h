@@ -107,8 +107,8 @@ struct RecoveryInput {
     kWaited,         // the wait of `step` is over
     kDrained,        // the drain of `step` is over: nothing posted before is left
     kPortActive,     // the connection's port is active again
-    kRetryNow,       // the way to the peer is back (retry_now(); with a QP replaced, PORT_ACTIVE too)
-    kOverdue,        // the outage's give-up timer fired
+    kRetryNow,  // the way to the peer is back (retry_now(); with a QP replaced, PORT_ACTIVE too)
+    kOverdue,   // the outage's give-up timer fired
   };
   Kind kind = Kind::kWentDown;
   std::uint64_t step = 0;

@@ -45,20 +45,12 @@ HealthCore::HealthCore(Dispatcher& events, HealthHandler handler,
                        ConnectionHealth::Options& options)
     : dispatcher(events.weak_ref()),
       registry(events.shared_registry()),
-      keepalive(options.keepalive),
-      deadline(options.deadline),
-      mode(options.recovery.mode),
-      connect_options(options.recovery.connect),
-      give_up_after(options.recovery.policy.give_up_after),
-      subscriber(std::make_shared<HealthSubscriber>(std::move(handler), AnyArg{},
-                                                    options.executor)),
+      subscriber(
+          std::make_shared<HealthSubscriber>(std::move(handler), AnyArg{}, options.executor)),
       health(options.initial),
-      ladder(ladder_of(options)) {
-  if (options.recovery.reconnect) {
-    reconnecter = std::make_shared<ReconnectSubscriber>(std::move(options.recovery.reconnect),
-                                                        AnyArg{}, options.executor);
-  }
-}
+      ladder(ladder_of(options)),  // before `recovery` takes the reconnect callback
+      liveness(*this, options),
+      recovery(*this, options) {}
 
 // --- The core ---
 
@@ -72,16 +64,33 @@ void HealthCore::changed(HealthChange change, bool by_attempt) {
   std::uint64_t at = 0;
   if (ladder) at = ladder->changed(change.to, Clock::now(), by_attempt);
   if (change.to == ConnectionState::kUp || change.to == ConnectionState::kFailed) {
-    posted.clear();  // what was out before is the old connection's
-    undelivered.clear();
+    liveness.forget_requests();
   }
   const bool went_down = change.to == ConnectionState::kDown;
   const bool new_outage = change.from == ConnectionState::kUp;
   tell(std::move(change));
-  if (reconnecter && went_down) {
-    post_supervise(at, new_outage ? RecoveryInput::Kind::kWentDown
-                                  : RecoveryInput::Kind::kAttemptFailed);
+  if (recovery.reconnecter && went_down) {
+    recovery.post_supervise(
+        at, new_outage ? RecoveryInput::Kind::kWentDown : RecoveryInput::Kind::kAttemptFailed);
   }
+}
+
+std::optional<HealthChange> HealthCore::went_up() {
+  auto change = health.up();
+  if (change) liveness.restart_clock();
+  return change;
+}
+
+// No tick and no recovery step after this (the keepalive's and the
+// deadlines' timers are released already).
+void HealthCore::stop() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stopped = true;
+    if (ladder) ladder->close();
+  }
+  recovery.stop();
+  liveness.let_go_of_probe();
 }
 
 void HealthCore::tell(HealthChange change) {
@@ -137,9 +146,8 @@ std::vector<Handle> HealthCore::wire(const std::shared_ptr<QueuePair>& connectio
   return heard;
 }
 
-std::vector<Handle> HealthCore::run_on(std::shared_ptr<QueuePair> connection,
-                                       std::uint8_t on_port, bool signals_all,
-                                       std::vector<Handle> heard) {
+std::vector<Handle> HealthCore::run_on(std::shared_ptr<QueuePair> connection, std::uint8_t on_port,
+                                       bool signals_all, std::vector<Handle> heard) {
   qp = std::move(connection);
   qp_num.store(qp->qp_num(), std::memory_order_relaxed);
   port = on_port;
@@ -158,7 +166,7 @@ void HealthCore::hear(const Event& event, const std::weak_ptr<QueuePair>& heard_
       std::lock_guard<std::mutex> lock(mutex);
       if (!counts()) return;
     }
-    return climb({RecoveryInput::Kind::kPortActive}, "PORT_ACTIVE");
+    return recovery.climb({RecoveryInput::Kind::kPortActive}, "PORT_ACTIVE");
   }
   auto cause = HealthCause::of_event(event.code());
   if (!cause) return;
@@ -171,18 +179,19 @@ void HealthCore::hear(const Event& event, const std::weak_ptr<QueuePair>& heard_
     cause_locked(std::move(*cause));
     // In place, a QP is reset on its own device only: whatever the state,
     // there is nothing left to attempt.
-    if (fatal && reconnecter && mode == Mode::kResetInPlace && !stopped &&
+    if (fatal && recovery.reconnecter && recovery.mode == Mode::kResetInPlace && !stopped &&
         health.state() != ConnectionState::kFailed) {
-      failed = fail_for_good("IBV_EVENT_DEVICE_FATAL: the device is gone, and a QP is reset "
-                             "in place on its own device only");
+      failed = fail_for_good(
+          "IBV_EVENT_DEVICE_FATAL: the device is gone, and a QP is reset "
+          "in place on its own device only");
     }
   }
   if (failed) registry->report(*failed);
 }
 
 QpFacts check_qp(const std::string& verb, const std::shared_ptr<QueuePair>& qp,
-                 std::optional<std::uint8_t> port, const Dispatcher& dispatcher,
-                 bool keepalive, bool recovery) {
+                 std::optional<std::uint8_t> port, const Dispatcher& dispatcher, bool keepalive,
+                 bool recovery) {
   if (qp == nullptr) throw std::invalid_argument(verb + ": the QP is null");
   ibv_qp* raw = qp->get();
   if (raw == nullptr) throw std::invalid_argument(verb + ": the QP is closed");
@@ -240,8 +249,7 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::create(Dispatcher& dispatche
 
 std::shared_ptr<ConnectionHealth> ConnectionHealth::make(Dispatcher& dispatcher,
                                                          std::shared_ptr<QueuePair> qp,
-                                                         HealthHandler on_change,
-                                                         Options options) {
+                                                         HealthHandler on_change, Options options) {
   const std::string verb = "ConnectionHealth::create";
   if (!on_change) throw std::invalid_argument(verb + ": the handler is empty");
   validate(verb, options);
@@ -256,11 +264,10 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::make(Dispatcher& dispatcher,
   auto health = std::make_shared<ConnectionHealth>(Token{}, shared);
   // Released last of these: a reconnect call running is waited for after
   // nothing else can start one.
-  if (shared->reconnecter) {
+  if (shared->recovery.reconnecter) {
     health->heard_.push_back(detail::subscription(
-        shared->reconnecter, [process = detail::OwningProcess{}](const auto*) {
-          return !process.inherited();
-        }));
+        shared->recovery.reconnecter,
+        [process = detail::OwningProcess{}](const auto*) { return !process.inherited(); }));
   }
   if (qp) {
     // The listeners hold the state weakly: it goes with the ConnectionHealth.
@@ -271,20 +278,21 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::make(Dispatcher& dispatcher,
   if (keepalive.interval.count() > 0) {
     health->heard_.push_back(dispatcher.call_every(
         keepalive.interval, [weak = std::weak_ptr<detail::HealthCore>(shared)] {
-          if (auto state = weak.lock()) state->tick();
+          if (auto state = weak.lock()) state->liveness.tick();
         }));
   }
   if (options.deadline.count() > 0) {
-    health->heard_.push_back(dispatcher.call_every(
-        std::max(options.deadline / 4, std::chrono::milliseconds(1)),
-        [weak = std::weak_ptr<detail::HealthCore>(shared)] {
-          if (auto state = weak.lock()) state->check_deadline();
-        }));
+    health->heard_.push_back(
+        dispatcher.call_every(std::max(options.deadline / 4, std::chrono::milliseconds(1)),
+                              [weak = std::weak_ptr<detail::HealthCore>(shared)] {
+                                if (auto state = weak.lock()) state->liveness.check_deadline();
+                              }));
   }
   if (!shared->qp) {
     std::lock_guard<std::mutex> lock(shared->mutex);
     // The first attempt, at once.
-    shared->post_supervise(shared->ladder->first_attempt(), RecoveryInput::Kind::kWentDown);
+    shared->recovery.post_supervise(shared->ladder->first_attempt(),
+                                    RecoveryInput::Kind::kWentDown);
   }
   return health;
 }
@@ -324,10 +332,10 @@ std::vector<HealthCause> ConnectionHealth::causes() const {
   return shared_->health.causes();
 }
 
-void ConnectionHealth::completion(const ibv_wc& wc) { shared_->completion(wc); }
+void ConnectionHealth::completion(const ibv_wc& wc) { shared_->liveness.completion(wc); }
 
 void ConnectionHealth::post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
-  shared_->post_tracked(wr, bad_wr);
+  shared_->liveness.post_tracked(wr, bad_wr);
 }
 
 void ConnectionHealth::cause(HealthCause cause) {
@@ -346,14 +354,14 @@ void ConnectionHealth::up() {
     came_up = change.has_value();
     return change;
   });
-  if (came_up) shared_->came_up();
+  if (came_up) shared_->liveness.let_go_of_probe();
 }
 
 std::shared_ptr<QueuePair> ConnectionHealth::queue_pair() const { return shared_->current_qp(); }
 
 KeepaliveStats ConnectionHealth::keepalive_stats() const {
   std::lock_guard<std::mutex> lock(shared_->mutex);
-  return shared_->stats;
+  return shared_->liveness.stats();
 }
 
 void ConnectionHealth::fail(HealthCause cause) {
@@ -401,6 +409,8 @@ void ConnectionHealth::close() noexcept {
   told.release();
 }
 
-void ConnectionHealth::retry_now() { shared_->retry_now("retry_now()"); }
+void ConnectionHealth::retry_now() {
+  shared_->recovery.climb({RecoveryInput::Kind::kRetryNow}, "retry_now()");
+}
 
 }  // namespace ibev

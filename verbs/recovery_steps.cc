@@ -25,10 +25,21 @@
 namespace ibev {
 namespace detail {
 
-void HealthCore::post_supervise(std::uint64_t at, RecoveryInput::Kind kind) {
-  if (auto events = dispatcher.lock()) {
-    events->post([weak = weak_from_this(), at, kind] {
-      if (auto self = weak.lock()) self->supervise(at, kind);
+RecoverySteps::RecoverySteps(HealthCore& core, ConnectionHealth::Options& options)
+    : mode(options.recovery.mode),
+      connect_options(options.recovery.connect),
+      give_up_after(options.recovery.policy.give_up_after),
+      core_(core) {
+  if (options.recovery.reconnect) {
+    reconnecter = std::make_shared<ReconnectSubscriber>(std::move(options.recovery.reconnect),
+                                                        AnyArg{}, options.executor);
+  }
+}
+
+void RecoverySteps::post_supervise(std::uint64_t at, RecoveryInput::Kind kind) {
+  if (auto events = core_.dispatcher.lock()) {
+    events->post([weak = core_.weak_from_this(), at, kind] {
+      if (auto self = weak.lock()) self->recovery.supervise(at, kind);
     });
   }
 }
@@ -38,14 +49,14 @@ void HealthCore::post_supervise(std::uint64_t at, RecoveryInput::Kind kind) {
 // it. A port that cannot be asked is taken as up: the attempt will say. A
 // QP on a device that is gone has no port to wait for (a QP replacing it
 // may be on another device); nor has a connection with no QP yet.
-void HealthCore::supervise(std::uint64_t at, RecoveryInput::Kind kind) {
+void RecoverySteps::supervise(std::uint64_t at, RecoveryInput::Kind kind) {
   std::shared_ptr<QueuePair> connection;
   std::uint8_t on_port = 1;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!current(at)) return;
-    if (!device_gone) connection = qp;
-    on_port = port;
+    std::lock_guard<std::mutex> lock(core_.mutex);
+    if (!core_.current(at)) return;
+    if (!core_.device_gone) connection = core_.qp;
+    on_port = core_.port;
   }
   bool port_active = true;
   if (connection) {
@@ -57,40 +68,40 @@ void HealthCore::supervise(std::uint64_t at, RecoveryInput::Kind kind) {
   climb({kind, at, port_active});
 }
 
-void HealthCore::climb(const RecoveryInput& input, const std::string& why) {
+void RecoverySteps::climb(const RecoveryInput& input, const std::string& why) {
   RecoveryAction action;
   std::optional<Failure> failed;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!ladder) return;
-    action = ladder->next(input, Clock::now());
+    std::lock_guard<std::mutex> lock(core_.mutex);
+    if (!core_.ladder) return;
+    action = core_.ladder->next(input, Clock::now());
     switch (action.kind) {
       case RecoveryAction::Kind::kFail:
-        failed = fail_for_good(action.why);
+        failed = core_.fail_for_good(action.why);
         break;
       case RecoveryAction::Kind::kAbort:
         // The change to down supervises the next attempt.
-        cause_locked(HealthCause{HealthSource::kRecovery, 0, 0,
-                                 "attempt " + std::to_string(ladder->attempt_number()) + ": " +
-                                     why + " came during it"});
+        core_.cause_locked(HealthCause{HealthSource::kRecovery, 0, 0,
+                                       "attempt " + std::to_string(core_.ladder->attempt_number()) +
+                                           ": " + why + " came during it"});
         break;
       default:
         break;
     }
   }
-  if (failed) return registry->report(*failed);
+  if (failed) return core_.registry->report(*failed);
   switch (action.kind) {
     case RecoveryAction::Kind::kWait:
       if (action.outage_began) {
-        arm(&HealthCore::give_up_timer, give_up_after, action.step,
-            [weak = weak_from_this()] {
-              if (auto self = weak.lock()) self->climb({RecoveryInput::Kind::kOverdue});
+        arm(&RecoverySteps::give_up_timer_, give_up_after, action.step,
+            [weak = core_.weak_from_this()] {
+              if (auto self = weak.lock()) self->recovery.climb({RecoveryInput::Kind::kOverdue});
             });
       }
       if (action.delay) {
-        arm(&HealthCore::retry_timer, *action.delay, action.step,
-            [weak = weak_from_this(), at = action.step] {
-              if (auto self = weak.lock()) self->climb({RecoveryInput::Kind::kWaited, at});
+        arm(&RecoverySteps::retry_timer_, *action.delay, action.step,
+            [weak = core_.weak_from_this(), at = action.step] {
+              if (auto self = weak.lock()) self->recovery.climb({RecoveryInput::Kind::kWaited, at});
             });
       }
       return;
@@ -108,9 +119,9 @@ void HealthCore::climb(const RecoveryInput& input, const std::string& why) {
 // current; the one it replaces, or it if stale, released here. A timer that
 // cannot be made fails the connection (nothing else would retry).
 template <typename Task>
-void HealthCore::arm(Handle HealthCore::*slot, std::chrono::milliseconds delay, std::uint64_t at,
-                     Task task) {
-  auto events = dispatcher.lock();
+void RecoverySteps::arm(Handle RecoverySteps::*slot, std::chrono::milliseconds delay,
+                        std::uint64_t at, Task task) {
+  auto events = core_.dispatcher.lock();
   if (!events) return;
   Handle timer;
   try {
@@ -118,14 +129,14 @@ void HealthCore::arm(Handle HealthCore::*slot, std::chrono::milliseconds delay, 
   } catch (const std::exception& e) {
     std::optional<Failure> failed;
     {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (current(at)) failed = fail_for_good(std::string("no timer: ") + e.what());
+      std::lock_guard<std::mutex> lock(core_.mutex);
+      if (core_.current(at)) failed = core_.fail_for_good(std::string("no timer: ") + e.what());
     }
-    if (failed) registry->report(*failed);
+    if (failed) core_.registry->report(*failed);
     return;
   }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (current(at)) std::swap(this->*slot, timer);
+  std::lock_guard<std::mutex> lock(core_.mutex);
+  if (core_.current(at)) std::swap(this->*slot, timer);
 }  // `timer` (the old one, or the stale new one) released here, after the lock
 
 // The wait is over: drain the QP, so that everything posted before has
@@ -133,21 +144,21 @@ void HealthCore::arm(Handle HealthCore::*slot, std::chrono::milliseconds delay, 
 // before this one reset it and failed) holds nothing to drain; a QP to be
 // replaced on a device that is gone, or none, cannot drain (nothing posted
 // on it was delivered), and one whose drain fails is replaced all the same.
-void HealthCore::drain(std::uint64_t at) {
+void RecoverySteps::drain(std::uint64_t at) {
   std::shared_ptr<QueuePair> connection;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!current(at)) return;
-    connection = qp;
-    if (mode == Mode::kReconnect && (!qp_open() || device_gone)) connection.reset();
+    std::lock_guard<std::mutex> lock(core_.mutex);
+    if (!core_.current(at)) return;
+    connection = core_.qp;
+    if (mode == Mode::kReconnect && (!core_.qp_open() || core_.device_gone)) connection.reset();
   }
-  const auto drained = [weak = weak_from_this(), at](std::error_code error) {
+  const auto drained = [weak = core_.weak_from_this(), at](std::error_code error) {
     auto self = weak.lock();
     if (!self) return;
-    if (error && self->mode == Mode::kResetInPlace) {
-      return self->attempt_failed(at, "drain: " + error.message(), error.value());
+    if (error && self->recovery.mode == Mode::kResetInPlace) {
+      return self->recovery.attempt_failed(at, "drain: " + error.message(), error.value());
     }
-    self->climb({RecoveryInput::Kind::kDrained, at});
+    self->recovery.climb({RecoveryInput::Kind::kDrained, at});
   };
   if (mode == Mode::kReconnect && !connection) return drained({});
   try {
@@ -160,20 +171,20 @@ void HealthCore::drain(std::uint64_t at) {
       throw_system_error("ibv_query_qp", rc);
     }
     if (attr.qp_state == IBV_QPS_RESET) return drained({});
-    connection->drain_async(DrainOptions{}, [drained](const DrainReport&, std::error_code error) {
-      drained(error);
-    });
+    connection->drain_async(
+        DrainOptions{}, [drained](const DrainReport&, std::error_code error) { drained(error); });
   } catch (const std::exception& e) {
-    if (mode == Mode::kReconnect) return drained(std::error_code(errno_of(e), std::generic_category()));
+    if (mode == Mode::kReconnect)
+      return drained(std::error_code(errno_of(e), std::generic_category()));
     attempt_failed(at, "drain: " + std::string(e.what()), errno_of(e));
   }
 }
 
 // Drained: in place the QP reset with a fresh PSN; then recovering, then
 // the application's reconnect with the attempt.
-void HealthCore::reconnect(std::uint64_t at) {
+void RecoverySteps::reconnect(std::uint64_t at) {
   auto made = std::make_shared<Attempt>();
-  made->qp = current_qp();
+  made->qp = core_.current_qp();
   if (!still(at)) {
     made->settled = true;  // closed, or moved on meanwhile: the QP is not ours to reset
     return;
@@ -188,28 +199,26 @@ void HealthCore::reconnect(std::uint64_t at) {
       return attempt_failed(at, "reset: " + std::string(e.what()), errno_of(e));
     }
   }
-  made->health = weak_from_this();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!current(at)) {
+  made->health = core_.weak_from_this();
+  std::lock_guard<std::mutex> lock(core_.mutex);
+  if (!core_.current(at)) {
     made->settled = true;  // nothing to report: what made it stale is told
     return;
   }
-  made->number = ladder->attempt_number();
-  made->cause = health.causes().empty() ? HealthCause{} : health.causes().front();
-  // Listed again by every attempt until one brings the connection up: an
-  // attempt that fails has not delivered them either.
-  for (const Posted& p : posted) note_undelivered(p.wr_id);
-  posted.clear();
-  made->undelivered = undelivered;
-  if (auto change = health.recovering()) changed(std::move(*change));
-  made->step = ladder->step();
+  made->number = core_.ladder->attempt_number();
+  const auto& causes = core_.health.causes();
+  made->cause = causes.empty() ? HealthCause{} : causes.front();
+  made->undelivered = core_.liveness.undelivered_now();
+  if (auto change = core_.health.recovering()) core_.changed(std::move(*change));
+  made->step = core_.ladder->step();
   // Posted after the change, so the handler hears recovering first.
-  auto events = dispatcher.lock();
+  auto events = core_.dispatcher.lock();
   if (!events) {
     made->settled = true;
     return;
   }
-  events->post([reconnecter = reconnecter, registry = registry, attempt = RecoveryAttempt(made)] {
+  events->post([reconnecter = reconnecter, registry = core_.registry,
+                attempt = RecoveryAttempt(made)] {
     call(reconnecter, attempt, "connection recovery's reconnect",
          [registry](const Failure& failure, const RecoveryAttempt&) { registry->report(failure); });
   });
@@ -218,93 +227,81 @@ void HealthCore::reconnect(std::uint64_t at) {
 // An attempt failed: a cause. Recovering goes down (changed() supervises);
 // failed before it came to recovering (the drain, the reset), the state is
 // down already, and the ladder is told so here.
-void HealthCore::attempt_failed(std::uint64_t at, const std::string& why, int code) {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!current(at)) return;
-  if (cause_locked(HealthCause{HealthSource::kRecovery, code, 0,
-                               "attempt " + std::to_string(ladder->attempt_number()) + ": " + why})) {
+void RecoverySteps::attempt_failed(std::uint64_t at, const std::string& why, int code) {
+  std::lock_guard<std::mutex> lock(core_.mutex);
+  if (!core_.current(at)) return;
+  if (core_.cause_locked(
+          HealthCause{HealthSource::kRecovery, code, 0,
+                      "attempt " + std::to_string(core_.ladder->attempt_number()) + ": " + why})) {
     return;
   }
-  post_supervise(ladder->failed_early(), RecoveryInput::Kind::kAttemptFailed);
+  post_supervise(core_.ladder->failed_early(), RecoveryInput::Kind::kAttemptFailed);
 }
 
 // RecoveryAttempt::connect succeeded: up, counted in the damping window (a
 // connection's first up is not a recovery).
-bool HealthCore::recovered(std::uint64_t at) {
+bool RecoverySteps::recovered(std::uint64_t at) {
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!current(at)) return false;
-    if (auto change = went_up()) changed(std::move(*change), true);
+    std::lock_guard<std::mutex> lock(core_.mutex);
+    if (!core_.current(at)) return false;
+    if (auto change = core_.went_up()) core_.changed(std::move(*change), true);
   }
-  came_up();
+  core_.liveness.let_go_of_probe();
   return true;
 }
 
 // RecoveryAttempt::replace: `next` is the connection's QP, listened to
 // before it is (so that no event of it is missed; one heard before the swap
 // is a cause of the attempt, and the old QP's are no longer), and up.
-bool HealthCore::replaced(std::uint64_t at, std::shared_ptr<QueuePair> next,
-                          std::uint8_t on_port, bool signals_all) {
+bool RecoverySteps::replaced(std::uint64_t at, std::shared_ptr<QueuePair> next,
+                             std::uint8_t on_port, bool signals_all) {
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!current(at)) return false;
-    incoming = next;
+    std::lock_guard<std::mutex> lock(core_.mutex);
+    if (!core_.current(at)) return false;
+    core_.incoming = next;
   }
   std::vector<Handle> heard;
   try {
-    heard = wire(next, on_port);
+    heard = core_.wire(next, on_port);
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (incoming == next) incoming.reset();  // the old QP's events count again
+    std::lock_guard<std::mutex> lock(core_.mutex);
+    if (core_.incoming == next) core_.incoming.reset();  // the old QP's events count again
     throw;
   }
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (incoming == next) incoming.reset();
-    if (!current(at)) return false;  // `heard` released after the lock
-    heard = run_on(std::move(next), on_port, signals_all, std::move(heard));
-    if (auto change = went_up()) changed(std::move(*change), true);
+    std::lock_guard<std::mutex> lock(core_.mutex);
+    if (core_.incoming == next) core_.incoming.reset();
+    if (!core_.current(at)) return false;  // `heard` released after the lock
+    heard = core_.run_on(std::move(next), on_port, signals_all, std::move(heard));
+    if (auto change = core_.went_up()) core_.changed(std::move(*change), true);
   }
   heard.clear();  // the old QP's listeners, after the lock
-  came_up();
+  core_.liveness.let_go_of_probe();
   return true;
 }
 
-std::optional<HealthChange> HealthCore::went_up() {
-  auto change = health.up();
-  if (change) heard_from = Clock::now();
-  return change;
+bool RecoverySteps::still(std::uint64_t at) {
+  std::lock_guard<std::mutex> lock(core_.mutex);
+  return core_.current(at);
 }
 
-void HealthCore::retry_now(const std::string& why) { climb({RecoveryInput::Kind::kRetryNow}, why); }
-
-bool HealthCore::still(std::uint64_t at) {
-  std::lock_guard<std::mutex> lock(mutex);
-  return current(at);
-}
-
-// The keepalive's and the deadlines' timers are released already: no tick
-// after this; and no recovery step.
-void HealthCore::stop() noexcept {
-  std::optional<Probe> out;
+// No step after this (the ladder is closed): the timers go.
+void RecoverySteps::stop() noexcept {
   Handle retry, overdue;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    stopped = true;
-    if (ladder) ladder->close();
-    std::swap(out, probe);
-    std::swap(retry, retry_timer);
-    std::swap(overdue, give_up_timer);
+    std::lock_guard<std::mutex> lock(core_.mutex);
+    std::swap(retry, retry_timer_);
+    std::swap(overdue, give_up_timer_);
   }
-  give_up(std::move(out));
-}  // the recovery's timers released here, outside the lock
+}  // released here, outside the lock
 
 // --- The attempt the application holds ---
 
 Attempt::~Attempt() {
   if (settled) return;
   if (auto shared = health.lock()) {
-    shared->attempt_failed(step, "abandoned: none of connect(), replace() or fail() was called", 0);
+    shared->recovery.attempt_failed(
+        step, "abandoned: none of connect(), replace() or fail() was called", 0);
   }
 }
 
@@ -327,7 +324,7 @@ std::system_error cancelled(const char* verb) {
 std::shared_ptr<HealthCore> Attempt::begin(const char* verb) {
   settle(verb);
   auto shared = health.lock();
-  if (!shared || !shared->still(step)) throw cancelled(verb);
+  if (!shared || !shared->recovery.still(step)) throw cancelled(verb);
   return shared;
 }
 
@@ -349,16 +346,16 @@ void RecoveryAttempt::connect(const RcEndpoint& remote) const {
   detail::Attempt& attempt = *attempt_;
   auto shared = attempt.begin(verb);
   try {
-    if (shared->mode != detail::Mode::kResetInPlace) {
+    if (shared->recovery.mode != detail::Mode::kResetInPlace) {
       throw std::invalid_argument(std::string(verb) +
                                   ": Mode::kReconnect replaces the QP (RecoveryAttempt::replace)");
     }
-    attempt.qp->connect(remote, shared->connect_options);
+    attempt.qp->connect(remote, shared->recovery.connect_options);
   } catch (const std::exception& e) {
-    shared->attempt_failed(attempt.step, "connect: " + std::string(e.what()), errno_of(e));
+    shared->recovery.attempt_failed(attempt.step, "connect: " + std::string(e.what()), errno_of(e));
     throw;
   }
-  if (!shared->recovered(attempt.step)) throw detail::cancelled(verb);
+  if (!shared->recovery.recovered(attempt.step)) throw detail::cancelled(verb);
 }
 
 void RecoveryAttempt::replace(std::shared_ptr<QueuePair> qp) const {
@@ -366,31 +363,32 @@ void RecoveryAttempt::replace(std::shared_ptr<QueuePair> qp) const {
   detail::Attempt& attempt = *attempt_;
   auto shared = attempt.begin(verb);
   try {
-    if (shared->mode != detail::Mode::kReconnect) {
+    if (shared->recovery.mode != detail::Mode::kReconnect) {
       throw std::invalid_argument(std::string(verb) +
                                   ": Mode::kResetInPlace keeps the QP (RecoveryAttempt::connect)");
     }
     auto events = shared->dispatcher.lock();
     if (!events) throw detail::cancelled(verb);
-    const detail::QpFacts facts = detail::check_qp(verb, qp, std::nullopt, *events,
-                                                   shared->keepalive.interval.count() > 0, true);
-    if (!shared->replaced(attempt.step, std::move(qp), facts.port, facts.signal_all)) {
+    const detail::QpFacts facts = detail::check_qp(
+        verb, qp, std::nullopt, *events, shared->liveness.keepalive.interval.count() > 0, true);
+    if (!shared->recovery.replaced(attempt.step, std::move(qp), facts.port, facts.signal_all)) {
       throw detail::cancelled(verb);
     }
   } catch (const std::exception& e) {
-    shared->attempt_failed(attempt.step, "replace: " + std::string(e.what()), errno_of(e));
+    shared->recovery.attempt_failed(attempt.step, "replace: " + std::string(e.what()), errno_of(e));
     throw;
   }
 }
 
 bool RecoveryAttempt::current() const {
   auto shared = attempt_->health.lock();
-  return !attempt_->settled && shared && shared->still(attempt_->step);
+  return !attempt_->settled && shared && shared->recovery.still(attempt_->step);
 }
 
 void RecoveryAttempt::fail(const std::string& why) const {
   attempt_->settle("RecoveryAttempt::fail");
-  if (auto shared = attempt_->health.lock()) shared->attempt_failed(attempt_->step, why, 0);
+  if (auto shared = attempt_->health.lock())
+    shared->recovery.attempt_failed(attempt_->step, why, 0);
 }
 
 }  // namespace ibev

@@ -142,7 +142,7 @@ class RecoveryLadder {
   // kResetInPlace keeps the QP (kReset); kReconnect brings a new one
   // (kReconnect), and while its port is down goes on trying every
   // max_delay, for the peer may be reached another way.
-  enum class Mode : std::uint8_t { kResetInPlace, kReconnect };
+  enum class Mode { kResetInPlace, kReconnect };  // int: ConnectionHealth::Options holds it (ABI)
 
   // Throws what RecoveryPolicy::validate throws. `was_up`: the connection
   // starts up (its first up later is then a recovery).

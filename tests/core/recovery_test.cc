@@ -319,6 +319,23 @@ BOOST_AUTO_TEST_CASE(the_way_back_aborts_an_attempt_and_hurries_the_next) {
   BOOST_TEST(said(first.next({In::kWentDown, at, true}, t0)) == "wait 0 timed");
 }
 
+// The way back while an attempt waits starts it at once, and only it: the
+// attempt after it (this one failed) waits its backoff again. (0.9.0 kept
+// the hurry for the next supervision, which then waited nothing.)
+BOOST_AUTO_TEST_CASE(the_way_back_hurries_only_the_waiting_attempt) {
+  const Clock::time_point t0;
+  RecoveryLadder l = ladder();
+  auto at = l.changed(ConnectionState::kDown, t0);
+  const auto wait = l.next({In::kWentDown, at, true}, t0);
+  BOOST_TEST(said(wait) == "wait 100 timed");
+  const auto now = l.next({In::kRetryNow}, t0 + 10ms);
+  BOOST_TEST(said(now) == "wait 0");
+  BOOST_TEST(said(l.next({In::kWaited, wait.step}, t0 + 10ms)) == "drain");  // either timer
+  BOOST_TEST(said(l.next({In::kWaited, now.step}, t0 + 10ms)) == "nothing");  // starts it once
+  at = l.failed_early();
+  BOOST_TEST(said(l.next({In::kAttemptFailed, at, true}, t0 + 20ms)) == "wait 200");
+}
+
 // The ladder fails an outage by its clock (give_up_after) and a storm by
 // the damping window; the first up of a connection made down is no recovery.
 BOOST_AUTO_TEST_CASE(the_ladder_gives_up_as_the_schedule_says) {

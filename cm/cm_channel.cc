@@ -48,7 +48,7 @@ namespace detail {
 void CmChannelState::serve() noexcept {
   for (unsigned i = 0; i < batch; ++i) {
     rdma_cm_event* raw = nullptr;
-    std::unique_lock<std::mutex> getting(calls);
+    UniqueLock getting(calls);
     const int got = rdma_get_cm_event(channel, &raw);
     const int error = errno;
     getting.unlock();
@@ -111,7 +111,7 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
       return routed;
     }
     event.id = routed.to->owner;
-    std::lock_guard<std::mutex> lock(event.new_id->state_->mutex);
+    MutexLock lock(event.new_id->state_->mutex);
     event.new_id->state_->request = event.connection;
     return routed;
   }
@@ -132,7 +132,7 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
       break;
     case RDMA_CM_EVENT_REJECTED:
     case RDMA_CM_EVENT_DISCONNECTED: {
-      std::lock_guard<std::mutex> lock(routed.to->mutex);
+      MutexLock lock(routed.to->mutex);
       if (routed.to->connect_error) {
         routed.to = nullptr;  // the handler heard CONNECT_ERROR already
         break;
@@ -153,7 +153,7 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
 void CmChannelState::establish(CmIdState& state, rdma_cm_id* id, CmEvent& event) noexcept {
   std::shared_ptr<QueuePair> qp;
   {
-    std::lock_guard<std::mutex> lock(state.mutex);
+    MutexLock lock(state.mutex);
     qp = state.qp;
   }
   if (qp == nullptr) return;  // connected without a QP: the handler goes on
@@ -175,7 +175,7 @@ void CmChannelState::establish(CmIdState& state, rdma_cm_id* id, CmEvent& event)
   move_to_error(*qp);
   event.code = RDMA_CM_EVENT_CONNECT_ERROR;
   event.status = -error;
-  std::lock_guard<std::mutex> lock(state.mutex);
+  MutexLock lock(state.mutex);
   state.connect_error = true;
 }
 
@@ -233,7 +233,7 @@ std::shared_ptr<CmEventChannel> CmEventChannel::create(Dispatcher& dispatcher, O
           }
           // An earlier removal's, replaced (on this thread: no wait).
           std::vector<Handle> earlier;
-          std::lock_guard<std::mutex> lock(state->mutex);
+          detail::MutexLock lock(state->mutex);
           earlier.swap(state->retries);
           state->retries = std::move(later);
         });

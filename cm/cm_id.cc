@@ -147,7 +147,7 @@ CmId::~CmId() { close(); }
 rdma_cm_id* CmId::get() const noexcept { return state_->id.load(); }
 
 CmId::Locked CmId::lock_id(const char* verb) const {
-  std::unique_lock<std::mutex> lock(channel_->state_->calls);
+  std::unique_lock<detail::Mutex> lock(channel_->state_->calls);
   rdma_cm_id* id = get();
   if (id == nullptr) throw_system_error(verb, ENODEV);
   return {std::move(lock), id};
@@ -165,8 +165,11 @@ void CmId::close() noexcept {
     if (closing_.exchange(true)) return;
     routed_.release();
     state_->id.store(nullptr);
-    state_->qp.reset();
-    closed_ = true;
+    // So are what those locks guard: touched without them here.
+    [&]() IBEV_NO_THREAD_SAFETY_ANALYSIS {
+      state_->qp.reset();
+      closed_ = true;
+    }();
     return;
   }
   if (closing_.exchange(true)) {
@@ -175,8 +178,8 @@ void CmId::close() noexcept {
     // else, wait for it to finish and for the handler, as it does.
     detail::CallGuard& guard = state_->guard;
     if (guard.running_here()) return;
-    std::unique_lock<std::mutex> lock(close_mutex_);
-    closed_changed_.wait(lock, [this] { return closed_; });
+    detail::UniqueLock lock(close_mutex_);
+    closed_changed_.wait(lock.native(), [this]() IBEV_REQUIRES(close_mutex_) { return closed_; });
     lock.unlock();
     guard.wait_idle();
     return;
@@ -186,7 +189,7 @@ void CmId::close() noexcept {
   // (unless this is it) and never runs again.
   routed_.release();
   {
-    std::lock_guard<std::mutex> calls(channel_->state_->calls);
+    detail::MutexLock calls(channel_->state_->calls);
     state_->id.store(nullptr);
     if (rdma_destroy_id(id) != 0) {
       Failure failure = Failure::verb_failed("rdma_destroy_id", errno);
@@ -198,12 +201,12 @@ void CmId::close() noexcept {
   if (state_->device_removed) detail::release_removed_devices();
   std::shared_ptr<QueuePair> qp;  // let go outside the lock
   {
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     qp.swap(state_->qp);
   }
   qp.reset();
   {
-    std::lock_guard<std::mutex> lock(close_mutex_);
+    detail::MutexLock lock(close_mutex_);
     closed_ = true;
   }
   closed_changed_.notify_all();
@@ -247,13 +250,13 @@ void CmId::connect(std::shared_ptr<QueuePair> qp, const CmConnectOptions& option
   rdma_conn_param param = conn_param(options, *qp, "CmId::connect");
   detail::move_qp(id, *qp, IBV_QPS_INIT);
   {
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     state_->qp = qp;
     state_->connect_error = false;
   }
   if (rdma_connect(id, &param) != 0) {
     const int error = errno;
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     state_->qp.reset();
     throw_system_error("rdma_connect", error);
   }
@@ -270,7 +273,7 @@ void CmId::accept(std::shared_ptr<QueuePair> qp, const CmConnectOptions& options
   }
   CmConnection request;
   {
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     request = state_->request;
   }
   // What the reply says and what the QP is set to agree: the least of the
@@ -291,13 +294,13 @@ void CmId::accept(std::shared_ptr<QueuePair> qp, const CmConnectOptions& options
     throw;
   }
   {
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     state_->qp = qp;
   }
   if (rdma_accept(id, &param) != 0) {
     const int error = errno;
     detail::move_to_error(*qp);
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     state_->qp.reset();
     throw_system_error("rdma_accept", error);
   }
@@ -324,7 +327,7 @@ void CmId::disconnect() {
 }
 
 std::string CmId::device_name() const {
-  std::lock_guard<std::mutex> lock(channel_->state_->calls);
+  detail::MutexLock lock(channel_->state_->calls);
   rdma_cm_id* id = get();
   if (id == nullptr || id->verbs == nullptr) return {};
   return ibv_get_device_name(id->verbs->device);
@@ -341,7 +344,7 @@ CmAddress CmId::peer_address() const {
 }
 
 std::shared_ptr<QueuePair> CmId::queue_pair() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  detail::MutexLock lock(state_->mutex);
   return state_->qp;
 }
 

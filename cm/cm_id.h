@@ -69,6 +69,7 @@
 #include <ibev/core/executor.h>
 #include <ibev/core/handle.h>
 #include <ibev/core/stats.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/verbs/queue_pair.h>
 
@@ -245,7 +246,7 @@ class CmId {
   // The id for one librdmacm call, with its channel's call lock held (see
   // cm/cm_id.cc); std::system_error(ENODEV) naming `verb` once closed.
   struct Locked {
-    std::unique_lock<std::mutex> lock;
+    std::unique_lock<detail::Mutex> lock;
     rdma_cm_id* id;
   };
   Locked lock_id(const char* verb) const;
@@ -258,9 +259,9 @@ class CmId {
   const std::shared_ptr<CmEventChannel> channel_;
   const std::shared_ptr<detail::CmIdState> state_;  // what the channel routes to
   std::atomic<bool> closing_{false};  // the first close() does it; others wait
-  std::mutex close_mutex_;
+  detail::Mutex close_mutex_;
   std::condition_variable closed_changed_;
-  bool closed_ = false;  // the first close() is done
+  bool closed_ IBEV_GUARDED_BY(close_mutex_) = false;  // the first close() is done
   Handle routed_;        // in the channel's table of ids; released by the first close()
 };
 

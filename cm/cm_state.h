@@ -13,7 +13,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include <ibev/core/process.h>
 #include <ibev/core/route.h>
 #include <ibev/core/subscriber_lists.h>
+#include <ibev/core/thread_annotations.h>
 
 namespace ibev::detail {
 
@@ -35,12 +35,13 @@ struct CmIdState : Subscriber<CmEvent> {
   std::atomic<rdma_cm_id*> id;  // null once closed
   CmId* owner = nullptr;
 
-  std::mutex mutex;
-  std::shared_ptr<QueuePair> qp;  // given to connect() or accept()
+  Mutex mutex;
+  std::shared_ptr<QueuePair> qp IBEV_GUARDED_BY(mutex);  // given to connect() or accept()
   // A connecting QP failed on CONNECT_RESPONSE: the REJECTED or DISCONNECTED
   // that may follow are not news to the handler (librdmacm drops them too).
-  bool connect_error = false;
-  CmConnection request;                     // a new id: what its CONNECT_REQUEST asked for
+  bool connect_error IBEV_GUARDED_BY(mutex) = false;
+  // A new id: what its CONNECT_REQUEST asked for.
+  CmConnection request IBEV_GUARDED_BY(mutex);
   std::atomic<bool> device_removed{false};  // it heard DEVICE_REMOVAL
 };
 
@@ -96,11 +97,11 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
   // ADDR_RESOLVED) and finishes some calls after the kernel may have
   // answered them (rdma_resolve_addr copies the destination after), so two
   // threads must not be in it for one id at once.
-  std::mutex calls;
+  Mutex calls;
 
   KeyedLists<CmIdState, CmIdKey> ids;  // one subscriber a key
-  std::mutex mutex;
-  std::vector<Handle> retries;  // release_removed_devices() again, later (under `mutex`)
+  Mutex mutex;
+  std::vector<Handle> retries IBEV_GUARDED_BY(mutex);  // release_removed_devices() again, later
 };
 
 // The CM's QP steps (cm_qp.cc). move_qp: one step with the attributes the CM

@@ -1,11 +1,11 @@
 #include <ibev/core/call_guard.h>
+#include <ibev/core/thread_annotations.h>
 
 #include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
-#include <mutex>
 #include <vector>
 
 namespace ibev::detail {
@@ -22,7 +22,7 @@ std::vector<const CallGuard*>& entered_here() {
 // mutex/condition pairs instead of carrying one each: that keeps a handler at
 // a few dozen bytes when a million objects are registered.
 struct WaitStripe {
-  std::mutex mutex;
+  Mutex mutex;
   std::condition_variable idle;
 };
 
@@ -53,7 +53,7 @@ void CallGuard::release_one() noexcept {
   if (closed_.load()) {
     // Taking the mutex orders this notify after the waiter's predicate check.
     WaitStripe& stripe = stripe_for(this);
-    { std::lock_guard<std::mutex> lock(stripe.mutex); }
+    { MutexLock lock(stripe.mutex); }
     stripe.idle.notify_all();
   }
 }
@@ -68,8 +68,8 @@ void CallGuard::wait_idle() noexcept {
   const auto own =
       static_cast<std::uint32_t>(std::count(stack.begin(), stack.end(), this));
   WaitStripe& stripe = stripe_for(this);
-  std::unique_lock<std::mutex> lock(stripe.mutex);
-  stripe.idle.wait(lock, [&] { return running_.load() <= own; });
+  UniqueLock lock(stripe.mutex);
+  stripe.idle.wait(lock.native(), [&] { return running_.load() <= own; });
 }
 
 }  // namespace ibev::detail

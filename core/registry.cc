@@ -11,8 +11,6 @@
 #include <ibev/core/registry.h>
 
 #include <exception>
-#include <mutex>
-#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -20,6 +18,7 @@
 
 #include <ibev/core/device_listeners.h>
 #include <ibev/core/subscriber_lists.h>
+#include <ibev/core/thread_annotations.h>
 
 namespace ibev {
 namespace detail {
@@ -29,11 +28,11 @@ struct RegistryState {
 
   std::shared_ptr<DeviceState> device(ibv_context* context) {
     {
-      std::shared_lock<std::shared_mutex> lock(devices_mutex);
+      ReaderLock lock(devices_mutex);
       auto it = devices.find(context);
       if (it != devices.end()) return it->second;
     }
-    std::unique_lock<std::shared_mutex> lock(devices_mutex);
+    WriterLock lock(devices_mutex);
     auto& state = devices[context];
     if (!state) state = std::make_shared<DeviceState>();
     return state;
@@ -63,8 +62,9 @@ struct RegistryState {
   std::atomic<bool> sink_detached{false};
   KeyedLists<EventSubscriber> by_address;
   KeyedLists<EventSubscriber, NumberKey> by_number;  // on a device
-  std::shared_mutex devices_mutex;
-  std::unordered_map<ibv_context*, std::shared_ptr<DeviceState>> devices;
+  SharedMutex devices_mutex;
+  std::unordered_map<ibv_context*, std::shared_ptr<DeviceState>> devices
+      IBEV_GUARDED_BY(devices_mutex);
   BroadcastList<EventSubscriber> unclaimed;
 };
 
@@ -382,7 +382,7 @@ void Registry::detach_failure_sink() noexcept { state_->sink_detached = true; }
 // state and still reaches who it named.
 void Registry::forget(ibv_context* device) noexcept {
   std::shared_ptr<detail::DeviceState> state;  // destroyed unlocked
-  std::unique_lock<std::shared_mutex> lock(state_->devices_mutex);
+  detail::WriterLock lock(state_->devices_mutex);
   auto it = state_->devices.find(device);
   if (it == state_->devices.end()) return;
   state = std::move(it->second);
@@ -393,7 +393,7 @@ CounterSnapshot Registry::counters(ibv_context* device) const {
   CounterSnapshot snapshot;
   std::shared_ptr<detail::DeviceState> state;
   {
-    std::shared_lock<std::shared_mutex> lock(state_->devices_mutex);
+    detail::ReaderLock lock(state_->devices_mutex);
     auto it = state_->devices.find(device);
     if (it == state_->devices.end()) return snapshot;
     state = it->second;

@@ -26,7 +26,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -34,6 +33,7 @@
 #include <ibev/core/object_table.h>
 #include <ibev/core/process.h>
 #include <ibev/core/route.h>
+#include <ibev/core/thread_annotations.h>
 
 namespace ibev::detail {
 
@@ -110,7 +110,7 @@ class KeyedLists {
   // (subscription()'s `unlink`).
   void link(const Key& key, std::shared_ptr<Sub> subscriber) {
     Shard& shard = shard_for(*shards_, key);
-    std::lock_guard<std::mutex> lock(shard.mutex);
+    MutexLock lock(shard.mutex);
     std::shared_ptr<const List>* several = shard.several.find(key);
     std::shared_ptr<Sub>& only = shard.objects[key];
     List next;
@@ -130,7 +130,7 @@ class KeyedLists {
 
   Snapshot<Sub> snapshot(const Key& key) const {
     Shard& shard = shard_for(*shards_, key);
-    std::lock_guard<std::mutex> lock(shard.mutex);
+    MutexLock lock(shard.mutex);
     const std::shared_ptr<Sub>* only = shard.objects.find(key);
     if (only == nullptr) return {};
     if (*only) return Snapshot<Sub>(*only);
@@ -144,9 +144,9 @@ class KeyedLists {
   // key with several has a null there and its list in `several`, which
   // stays unallocated while nothing has two.
   struct Shard {
-    std::mutex mutex;
-    ObjectTable<std::shared_ptr<Sub>, Key> objects;
-    ObjectTable<std::shared_ptr<const List>, Key> several;
+    Mutex mutex;
+    ObjectTable<std::shared_ptr<Sub>, Key> objects IBEV_GUARDED_BY(mutex);
+    ObjectTable<std::shared_ptr<const List>, Key> several IBEV_GUARDED_BY(mutex);
   };
   static constexpr std::size_t kShards = 64;
   struct Shards {
@@ -164,7 +164,7 @@ class KeyedLists {
   static bool unlink(Shards& shards, const Key& key, const Sub* subscriber) {
     if (shards.process.inherited()) return false;  // the parent's locks may be held
     Shard& shard = shard_for(shards, key);
-    std::lock_guard<std::mutex> lock(shard.mutex);
+    MutexLock lock(shard.mutex);
     std::shared_ptr<Sub>* only = shard.objects.find(key);
     if (only == nullptr) return true;
     if (*only) {

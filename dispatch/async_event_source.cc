@@ -18,7 +18,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -45,6 +44,7 @@ class AsyncEventSource final : public Source {
   void tracked_by(Handle tracked) { tracked_ = std::move(tracked); }
 
   void serve(std::uint32_t revents) noexcept override {
+    IBEV_ASSERT_DISPATCHING(reactor_);
     if ((revents & (EPOLLERR | EPOLLHUP)) != 0) {
       fd_failed((revents & EPOLLERR) ? "EPOLLERR" : "EPOLLHUP", 0);
       return;
@@ -56,7 +56,7 @@ class AsyncEventSource final : public Source {
       {
         // Released meanwhile, its fd is blocking again: reading would wait
         // for good (the locking paragraph of reactor.cc).
-        std::lock_guard<std::mutex> lock(reactor_.mutex());
+        MutexLock lock(reactor_.mutex());
         if (guard().closed()) return;
         if (ibv_get_async_event(device_, &raw) != 0) error = errno;
       }
@@ -112,6 +112,7 @@ class AsyncEventSource final : public Source {
   // dispatching thread is the one serving it), and the listeners hear
   // DEVICE_FATAL, as they would from the kernel, marked synthesized.
   void lose_device(DeviceLoss loss) noexcept {
+    IBEV_ASSERT_DISPATCHING(reactor_);
     reactor_.remove(id());
     bump(reactor_.stats().devices_lost);
     try {
@@ -148,7 +149,7 @@ Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* 
   }
   std::shared_ptr<AsyncEventSource> source;
   {
-    std::lock_guard<std::mutex> lock(reactor->mutex());
+    MutexLock lock(reactor->mutex());
     if (reactor->find_fd_locked(device->async_fd)) {
       throw std::invalid_argument(
           "Dispatcher::watch_async_events: the device is watched already");

@@ -317,6 +317,7 @@ void DeviceTracker::rescan() noexcept {
 void DeviceTracker::apply(DeviceChange change, const std::string& node) noexcept {
   auto reactor = reactor_.lock();
   if (!reactor) return;
+  IBEV_ASSERT_DISPATCHING(*reactor);  // present_ is its own
   const auto report = [reactor](const Failure& failure, const auto&) {
     reactor->report(failure);
   };

@@ -37,7 +37,7 @@ class Watchdog {
 
   ~Watchdog() {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       done_ = true;
     }
     wake_.notify_all();
@@ -52,8 +52,8 @@ class Watchdog {
     std::uint64_t seen_turns = reactor_->turns();
     std::uint64_t reported_turns = ~std::uint64_t{0};
     std::optional<Clock::time_point> waiting_since;
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!wake_.wait_for(lock, period, [this] { return done_; })) {
+    UniqueLock lock(mutex_);
+    while (!wake_.wait_for(lock.native(), period, [this]() IBEV_REQUIRES(mutex_) { return done_; })) {
       const auto now = Clock::now();
       const std::uint64_t turns = reactor_->turns();
       if (turns != seen_turns) {  // dispatch moves: a new episode
@@ -99,9 +99,9 @@ class Watchdog {
 
   const std::shared_ptr<Reactor> reactor_;
   const std::chrono::milliseconds stall_after_;
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable wake_;
-  bool done_ = false;
+  bool done_ IBEV_GUARDED_BY(mutex_) = false;
   std::thread thread_;  // last: starts when the rest is ready
 };
 
@@ -163,7 +163,7 @@ Dispatcher::~Dispatcher() {
     // when. The lock: start() may still be publishing the handle of this
     // very thread (a handler can run before start() returns).
     {
-      std::lock_guard<std::mutex> lock(control_);
+      detail::MutexLock lock(control_);
       reactor_->orphaned = true;
       reactor_->stop_requested = true;
       if (thread_) thread_->detach();
@@ -188,7 +188,7 @@ void Dispatcher::start() {
   if (in_dispatcher_thread()) {
     throw std::logic_error("Dispatcher::start: called from the dispatcher thread");
   }
-  std::lock_guard<std::mutex> lock(control_);
+  detail::MutexLock lock(control_);
   if (thread_) {
     if (!reactor_->stop_requested.load()) {
       throw std::logic_error("Dispatcher::start: the dispatcher thread is running");
@@ -203,7 +203,7 @@ void Dispatcher::start() {
   reactor_->thread_running = true;
   std::promise<void> exited;
   {
-    std::lock_guard<std::mutex> exited_lock(exited_mutex_);
+    detail::MutexLock exited_lock(exited_mutex_);
     thread_exited_ = exited.get_future().share();
   }
   thread_ = std::make_unique<std::thread>(
@@ -216,7 +216,7 @@ void Dispatcher::start() {
 }
 
 std::shared_future<void> Dispatcher::thread_exited() const {
-  std::lock_guard<std::mutex> lock(exited_mutex_);
+  detail::MutexLock lock(exited_mutex_);
   return thread_exited_;
 }
 
@@ -226,7 +226,7 @@ void Dispatcher::stop() {
     reactor_->wake();
     return;
   }
-  std::lock_guard<std::mutex> lock(control_);
+  detail::MutexLock lock(control_);
   if (!thread_ || !reactor_->in_owner_process()) return;
   reactor_->stop_requested = true;
   reactor_->wake();
@@ -240,7 +240,7 @@ bool Dispatcher::running() const noexcept {
 }
 
 bool Dispatcher::in_dispatcher_thread() const noexcept {
-  return reactor_->dispatcher_thread.load() == std::this_thread::get_id();
+  return reactor_->in_dispatcher_thread();
 }
 
 int Dispatcher::fd() const noexcept { return reactor_->epoll_fd(); }
@@ -274,7 +274,7 @@ Handle Dispatcher::watch_async_events(ibv_context* device, AsyncDelivery deliver
 
 std::shared_ptr<detail::DeviceTracker> Dispatcher::tracker() {
   if (reactor_->options().device_monitor == DeviceMonitor::kOff) return nullptr;
-  std::lock_guard<std::mutex> lock(tracker_mutex_);
+  detail::MutexLock lock(tracker_mutex_);
   if (!tracker_) tracker_ = detail::DeviceTracker::start(reactor_, reactor_->options().device_monitor);
   return tracker_;
 }
@@ -290,7 +290,7 @@ Handle Dispatcher::watch_devices(DeviceWatcher watcher) {
 }
 
 DeviceMonitor Dispatcher::device_monitor() const {
-  std::lock_guard<std::mutex> lock(tracker_mutex_);
+  detail::MutexLock lock(tracker_mutex_);
   return tracker_ ? tracker_->kind() : DeviceMonitor::kOff;
 }
 

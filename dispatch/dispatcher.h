@@ -76,7 +76,6 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -87,6 +86,7 @@
 #include <ibev/core/handle.h>
 #include <ibev/core/registry.h>
 #include <ibev/core/stats.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/completions.h>
 
 namespace ibev {
@@ -179,6 +179,11 @@ class Dispatcher {
   // to stop (it cannot join itself); start() or the destructor joins.
   void stop();
   bool running() const noexcept;
+  // True on the dispatching thread: the one running a turn now, the
+  // Dispatcher's own thread between start() and stop(), or the caller of
+  // run_once() (an io_context's thread, dispatch/asio.h) during that call.
+  // Cheap (an atomic load): what must run there asserts it in debug builds
+  // with IBEV_ASSERT_DISPATCHING(dispatcher) (core/thread_annotations.h).
   bool in_dispatcher_thread() const noexcept;
   // Ready once the thread the last start() began is done (at once when none
   // was started): it has let go of the reactor and touches nothing more. For
@@ -287,16 +292,19 @@ class Dispatcher {
   // in the destructor.
   std::shared_ptr<Dispatcher> self_;
   std::shared_ptr<detail::Reactor> reactor_;
-  mutable std::mutex control_;           // start() and stop() among app threads
-  std::unique_ptr<std::thread> thread_;  // between start() and its join
+  mutable detail::Mutex control_;  // start() and stop() among app threads
+  // Between start() and its join.
+  std::unique_ptr<std::thread> thread_ IBEV_GUARDED_BY(control_);
   // Its own lock, never held across a join: a handler may ask for it while
   // stop() on another thread holds `control_` and waits for that handler.
-  mutable std::mutex exited_mutex_;
-  std::shared_future<void> thread_exited_;  // the last started thread's
+  mutable detail::Mutex exited_mutex_;
+  // The last started thread's.
+  std::shared_future<void> thread_exited_ IBEV_GUARDED_BY(exited_mutex_);
   std::unique_ptr<detail::Watchdog> watchdog_;
-  std::shared_ptr<detail::DeviceTracker> tracker();
-  mutable std::mutex tracker_mutex_;
-  std::shared_ptr<detail::DeviceTracker> tracker_;  // made by the first watch needing it
+  std::shared_ptr<detail::DeviceTracker> tracker() IBEV_EXCLUDES(tracker_mutex_);
+  mutable detail::Mutex tracker_mutex_;
+  // Made by the first watch needing it.
+  std::shared_ptr<detail::DeviceTracker> tracker_ IBEV_GUARDED_BY(tracker_mutex_);
 };
 
 }  // namespace ibev

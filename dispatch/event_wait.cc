@@ -9,30 +9,30 @@
 #include <ibev/dispatch/event_wait.h>
 
 #include <condition_variable>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <ibev/core/failure.h>
+#include <ibev/core/thread_annotations.h>
 
 namespace ibev {
 namespace detail {
 
 struct WaitLatch {
   // True for the one call that decides the result.
-  bool fire(WaitResult result) {
-    std::lock_guard<std::mutex> lock(mutex);
+  bool fire(WaitResult result) IBEV_EXCLUDES(mutex) {
+    MutexLock lock(mutex);
     if (this->result) return false;
     this->result = std::move(result);
     fired.notify_all();
     return true;
   }
 
-  std::mutex mutex;
+  Mutex mutex;
   std::condition_variable fired;
-  std::optional<WaitResult> result;
+  std::optional<WaitResult> result IBEV_GUARDED_BY(mutex);
 };
 
 }  // namespace detail
@@ -144,19 +144,24 @@ WaitResult EventWait::wait() {
         "EventWait::wait: called on the dispatching thread, which delivers what it waits "
         "for; use the callback form of ibev::wait_for there");
   }
+  WaitResult outcome;
   {
-    std::unique_lock<std::mutex> lock(latch_->mutex);
-    if (!latch_->fired.wait_until(lock, deadline_, [&] { return latch_->result.has_value(); })) {
+    detail::UniqueLock lock(latch_->mutex);
+    if (!latch_->fired.wait_until(lock.native(), deadline_,
+                                  [&]() IBEV_REQUIRES(latch_->mutex) {
+                                    return latch_->result.has_value();
+                                  })) {
       latch_->result = WaitResult{WaitResult::Outcome::kTimedOut, std::nullopt};
     }
+    outcome = *latch_->result;
   }
   subscriptions_.release();
-  return *latch_->result;
+  return outcome;
 }
 
 std::optional<WaitResult> EventWait::result() const {
   if (!latch_) return std::nullopt;
-  std::lock_guard<std::mutex> lock(latch_->mutex);
+  detail::MutexLock lock(latch_->mutex);
   return latch_->result;
 }
 

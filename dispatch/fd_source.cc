@@ -20,7 +20,6 @@
 #include <cerrno>
 #include <iterator>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -47,6 +46,7 @@ class FdSource final : public Source, public std::enable_shared_from_this<FdSour
   void serve(std::uint32_t revents) noexcept override {
     auto reactor = reactor_.lock();
     if (!reactor) return;
+    IBEV_ASSERT_DISPATCHING(*reactor);
     bump(reactor->stats().fd_events);
     if (!executor_) {
       call(*reactor, revents);
@@ -114,7 +114,7 @@ Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t e
   if (flags < 0) throw_system_error("fcntl(F_GETFL)", errno);
   std::uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(reactor->mutex());
+    MutexLock lock(reactor->mutex());
     if (reactor->find_fd_locked(fd)) {
       throw std::invalid_argument(verb + ": the fd is watched already");
     }
@@ -206,10 +206,10 @@ using PeriodicTask = Subscriber<std::uint64_t, OneRunAtATime>;
 
 struct PeriodicGroup {
   BroadcastList<PeriodicTask> tasks;
-  std::mutex mutex;  // after the reactor's periodic_mutex
-  std::size_t members = 0;
-  bool dead = false;
-  Handle timer;
+  Mutex mutex;  // after the reactor's periodic_mutex
+  std::size_t members IBEV_GUARDED_BY(mutex) = 0;
+  bool dead IBEV_GUARDED_BY(mutex) = false;
+  Handle timer IBEV_GUARDED_BY(mutex);
 };
 
 namespace {
@@ -262,14 +262,14 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
   std::shared_ptr<PeriodicGroup> group;
   std::shared_ptr<PeriodicGroup> stale;  // a dead group found: let go after the locks
   {
-    std::lock_guard<std::mutex> lock(reactor->periodic_mutex);
+    MutexLock lock(reactor->periodic_mutex);
     for (auto it = reactor->periodic_groups.begin(); it != reactor->periodic_groups.end();) {
       it = it->second.expired() ? reactor->periodic_groups.erase(it) : std::next(it);
     }
     auto& slot = reactor->periodic_groups[period.count()];
     group = slot.lock();
     if (group) {
-      std::lock_guard<std::mutex> members(group->mutex);
+      MutexLock members(group->mutex);
       if (group->dead) {
         stale = std::move(group);
       } else {
@@ -278,12 +278,16 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
     }
     if (!group) {
       group = std::make_shared<PeriodicGroup>();
-      group->members = 1;
-      group->timer = timer(
+      Handle ticks = timer(
           reactor, period, period,
           [weak = std::weak_ptr<PeriodicGroup>(group),
            weak_reactor = std::weak_ptr<Reactor>(reactor)] { serve_group(weak, weak_reactor); },
           {});
+      // Nobody else sees the group yet; the lock is for the analysis. Taken
+      // after timer(), which takes the table's.
+      MutexLock members(group->mutex);
+      group->members = 1;
+      group->timer = std::move(ticks);
       slot = group;
     }
   }
@@ -292,7 +296,7 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
   auto leave = [](const std::shared_ptr<PeriodicGroup>& group) noexcept {
     Handle timer;
     {
-      std::lock_guard<std::mutex> lock(group->mutex);
+      MutexLock lock(group->mutex);
       if (--group->members == 0) {
         group->dead = true;
         timer = std::move(group->timer);

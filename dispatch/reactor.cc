@@ -143,7 +143,7 @@ std::shared_ptr<Source> Reactor::remove(std::uint64_t source_id) noexcept {
   std::shared_ptr<Source> source;
   bool intact = true;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     source = take_locked(source_id);
     if (source) intact = retire_locked(*source);
   }
@@ -170,13 +170,14 @@ void Reactor::wake() noexcept {
 
 void Reactor::post(Task task) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     posted_.push_back(std::move(task));
   }
   wake();
 }
 
 void Reactor::defer(Task task) {
+  IBEV_ASSERT_DISPATCHING(*this);
   // The wake-up keeps fd() readable, so that a loop driving run_once() from
   // its own poller comes back too.
   if (deferred_.empty()) wake();
@@ -187,11 +188,12 @@ void Reactor::defer(Task task) {
 // within its budget: a thread posting (or injecting) faster than they run
 // must not make one turn, and so stop(), wait for the whole backlog.
 void Reactor::run_posted() noexcept {
+  IBEV_ASSERT_DISPATCHING(*this);
   std::uint64_t count;
   [[maybe_unused]] const auto ignored = ::read(wakeup_.get(), &count, sizeof count);
   bool more;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     const std::size_t n = std::min<std::size_t>(posted_.size(), options_.batch);
     std::move(posted_.begin(), posted_.begin() + static_cast<std::ptrdiff_t>(n),
               std::back_inserter(running_));
@@ -211,6 +213,7 @@ void Reactor::run_posted() noexcept {
 }
 
 std::size_t Reactor::run_turn(int timeout_ms) {
+  IBEV_ASSERT_DISPATCHING(*this);
   std::vector<Task> owed;
   owed.swap(deferred_);
   std::array<epoll_event, 32> events;
@@ -229,7 +232,7 @@ std::size_t Reactor::run_turn(int timeout_ms) {
     }
     std::shared_ptr<Source> source;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (std::shared_ptr<Source>* slot = slot_locked(id)) source = *slot;
     }
     if (!source) continue;
@@ -260,7 +263,7 @@ void Reactor::shut_down() noexcept {
   std::vector<std::shared_ptr<Source>> retired;
   std::deque<Task> never_run;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (std::shared_ptr<Source>& slot : by_fd_) {
       if (slot) {
         static_cast<void>(retire_locked(*slot));  // closed: nothing to give back

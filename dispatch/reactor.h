@@ -14,7 +14,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include <ibev/core/process.h>
 #include <ibev/core/registry.h>
 #include <ibev/core/stats.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/dispatcher.h>
 #include "source.h"
 
@@ -61,30 +61,30 @@ class Reactor {
 
   // The table of sources. A source joins and leaves under mutex(); a source kind with
   // a lock of its own takes it inside this one, never around it.
-  std::mutex& mutex() noexcept { return mutex_; }
-  std::shared_ptr<Source> find_fd_locked(int fd) const;
+  Mutex& mutex() noexcept IBEV_RETURN_CAPABILITY(mutex_) { return mutex_; }
+  std::shared_ptr<Source> find_fd_locked(int fd) const IBEV_REQUIRES(mutex_);
   // Puts `source` in the epoll set and the table. On failure gives the fd
   // its flags back and throws std::system_error (epoll_ctl).
-  void add_locked(const std::shared_ptr<Source>& source);
-  std::shared_ptr<Source> take_locked(std::uint64_t id);
+  void add_locked(const std::shared_ptr<Source>& source) IBEV_REQUIRES(mutex_);
+  std::shared_ptr<Source> take_locked(std::uint64_t id) IBEV_REQUIRES(mutex_);
   // Serves it no more, takes its fd out of the epoll set and gives the fd its
   // flags back. False when the fd turned out closed behind the reactor's back
   // (epoll forgets a closed fd silently): the caller reports that, unlocked.
-  bool retire_locked(Source& source) noexcept;
+  bool retire_locked(Source& source) noexcept IBEV_REQUIRES(mutex_);
   void report_closed_fd(const Source& source) noexcept;
   // take_locked() and retire_locked() in one critical section, and the
   // report of a closed fd after it; returns the source (null if gone
   // already) for the caller to wait on, unless it is the caller.
-  std::shared_ptr<Source> remove(std::uint64_t source_id) noexcept;
+  std::shared_ptr<Source> remove(std::uint64_t source_id) noexcept IBEV_EXCLUDES(mutex_);
   // A Handle whose release takes the source out (table, epoll set, flags,
   // in one critical section) and waits until the reactor is done with it.
   static Handle handle_for(const std::shared_ptr<Reactor>& reactor,
                            std::uint64_t source_id);
 
   // One turn; returns how many sources and deferred tasks it served.
-  std::size_t run_turn(int timeout_ms);
+  std::size_t run_turn(int timeout_ms) IBEV_EXCLUDES(mutex_);
   // Any thread: runs `task` on the dispatching thread, next turn.
-  void post(Task task);
+  void post(Task task) IBEV_EXCLUDES(mutex_);
   // The dispatching thread: runs `task` next turn, which does not sleep.
   void defer(Task task);
   void wake() noexcept;
@@ -100,7 +100,7 @@ class Reactor {
   // (handles still held become inert), posted tasks never run are reported.
   // On the destroying thread, the dispatching one included (from a handler);
   // what it drops is destroyed outside every lock.
-  void shut_down() noexcept;
+  void shut_down() noexcept IBEV_EXCLUDES(mutex_);
 
   // False in a child forked after the reactor was made.
   bool in_owner_process() const noexcept { return !process_.inherited(); }
@@ -111,6 +111,12 @@ class Reactor {
   std::atomic<bool> thread_running{false};  // between start() and its join
   std::atomic<bool> driving{false};         // a thread is inside run_once
   std::atomic<std::thread::id> dispatcher_thread{};
+  // The calling thread runs a turn now: the Dispatcher's own between start()
+  // and stop(), or run_once()'s caller during that call (Dispatcher's
+  // in_dispatcher_thread(), IBEV_ASSERT_DISPATCHING).
+  bool in_dispatcher_thread() const noexcept {
+    return dispatcher_thread.load() == std::this_thread::get_id();
+  }
   // Destroyed from inside its own handler, and shut down there: the thread,
   // which holds the reactor, serves nothing more and runs no task.
   std::atomic<bool> orphaned{false};
@@ -120,14 +126,15 @@ class Reactor {
 
   // call_every's tasks, grouped by period (fd_source.cc): a group lives
   // while a task of it is subscribed. Taken before mutex(), never after.
-  std::mutex periodic_mutex;
-  std::map<std::int64_t, std::weak_ptr<PeriodicGroup>> periodic_groups;
+  Mutex periodic_mutex IBEV_ACQUIRED_BEFORE(mutex_);
+  std::map<std::int64_t, std::weak_ptr<PeriodicGroup>> periodic_groups
+      IBEV_GUARDED_BY(periodic_mutex);
 
  private:
-  void run_posted() noexcept;
+  void run_posted() noexcept IBEV_EXCLUDES(mutex_);
   void report_never_run(std::size_t count) noexcept;
   // The slot holding the source `id` names; null when it left.
-  std::shared_ptr<Source>* slot_locked(std::uint64_t id) noexcept;
+  std::shared_ptr<Source>* slot_locked(std::uint64_t id) noexcept IBEV_REQUIRES(mutex_);
 
   const Dispatcher::Options options_;
   Registry registry_;
@@ -137,15 +144,15 @@ class Reactor {
   AtomicDispatcherStats stats_;
   std::atomic<std::int64_t> turn_started_ns_{0};
 
-  std::mutex mutex_;  // the table and the posted tasks
+  Mutex mutex_;
   // The watched sources, indexed by fd: fds are small and dense, so a slot
   // per fd costs 16 bytes and no node, and the turn finds an epoll event's
   // source in one indexed load. A source's id is its fd in the low 32 bits
   // and a sequence number above: an epoll event read for a source that has
   // since left, its fd reused by another, names an id no slot holds.
-  std::vector<std::shared_ptr<Source>> by_fd_;
-  std::uint32_t next_sequence_ = 1;  // 0 is the wake-up eventfd's id
-  std::deque<Task> posted_;
+  std::vector<std::shared_ptr<Source>> by_fd_ IBEV_GUARDED_BY(mutex_);
+  std::uint32_t next_sequence_ IBEV_GUARDED_BY(mutex_) = 1;  // 0 is the wake-up eventfd's id
+  std::deque<Task> posted_ IBEV_GUARDED_BY(mutex_);
   // Deferred to the next turn. Only the dispatching thread touches it.
   std::vector<Task> deferred_;
   // The posted tasks this turn runs; the dispatching thread's, like deferred_.

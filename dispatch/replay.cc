@@ -20,16 +20,16 @@ Replay::Replay(Dispatcher& dispatcher, Options options)
 
 void Replay::stop() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    detail::MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
 }
 
 bool Replay::wait_until(std::chrono::steady_clock::time_point when) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  detail::UniqueLock lock(mutex_);
   if (when <= std::chrono::steady_clock::now()) return !stopping_;
-  return !wake_.wait_until(lock, when, [this] { return stopping_; });
+  return !wake_.wait_until(lock.native(), when, [this]() IBEV_REQUIRES(mutex_) { return stopping_; });
 }
 
 std::optional<Replay::Target> Replay::target_of(const RecordedEvent& event) const {

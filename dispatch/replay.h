@@ -42,7 +42,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <variant>
@@ -50,6 +49,7 @@
 
 #include <ibev/core/event.h>
 #include <ibev/core/recording.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/dispatcher.h>
 
 namespace ibev {
@@ -82,18 +82,18 @@ class Replay {
   // is not what the event's code carries (inject()'s own check), after
   // having injected the events before it.
   ReplayStats play(const std::vector<RecordedLine>& lines);
-  void stop();
+  void stop() IBEV_EXCLUDES(mutex_);
 
  private:
   // False once stopped; at once, without waiting, for a time passed.
-  bool wait_until(std::chrono::steady_clock::time_point when);
+  bool wait_until(std::chrono::steady_clock::time_point when) IBEV_EXCLUDES(mutex_);
   std::optional<Target> target_of(const RecordedEvent& event) const;
 
   Dispatcher& dispatcher_;
   const Options options_;
-  std::mutex mutex_;
+  detail::Mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;
+  bool stopping_ IBEV_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace ibev

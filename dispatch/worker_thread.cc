@@ -13,7 +13,7 @@ WorkerThread::WorkerThread(FailureSink on_failure)
 
 WorkerThread::~WorkerThread() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    detail::MutexLock lock(mutex_);
     done_ = true;
   }
   ready_.notify_all();
@@ -23,7 +23,7 @@ WorkerThread::~WorkerThread() {
 void WorkerThread::post(Task task) {
   if (!task) throw std::invalid_argument("WorkerThread::post: the task is empty");
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    detail::MutexLock lock(mutex_);
     tasks_.push_back(std::move(task));
   }
   ready_.notify_one();
@@ -38,9 +38,9 @@ bool WorkerThread::in_worker_thread() const noexcept {
 }
 
 void WorkerThread::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  detail::UniqueLock lock(mutex_);
   for (;;) {
-    ready_.wait(lock, [this] { return done_ || !tasks_.empty(); });
+    ready_.wait(lock.native(), [this]() IBEV_REQUIRES(mutex_) { return done_ || !tasks_.empty(); });
     if (tasks_.empty()) return;  // done, and everything posted has run
     Task task = std::move(tasks_.front());
     tasks_.pop_front();

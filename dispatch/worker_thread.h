@@ -14,11 +14,11 @@
 
 #include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 
 #include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
+#include <ibev/core/thread_annotations.h>
 
 namespace ibev {
 
@@ -29,19 +29,19 @@ class WorkerThread {
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
 
-  void post(Task task);
+  void post(Task task) IBEV_EXCLUDES(mutex_);
   // An Executor posting here; valid while the WorkerThread lives.
   Executor executor() noexcept;
   bool in_worker_thread() const noexcept;
 
  private:
-  void run();
+  void run() IBEV_EXCLUDES(mutex_);
 
   const FailureSink on_failure_;
-  std::mutex mutex_;
+  detail::Mutex mutex_;
   std::condition_variable ready_;
-  std::deque<Task> tasks_;
-  bool done_ = false;
+  std::deque<Task> tasks_ IBEV_GUARDED_BY(mutex_);
+  bool done_ IBEV_GUARDED_BY(mutex_) = false;
   std::thread thread_;  // last: starts when the rest is ready
 };
 

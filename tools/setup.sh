@@ -26,6 +26,8 @@ packages=(
   gdb
   # reading Bazel's build event protocol (tools/bazel_results.py)
   python3
+  # Clang's thread-safety analysis over the library (tools/thread_safety.sh)
+  clang
   # the Python module (python/: pybind11 on Debian's CPython) and its tests
   python3-dev pybind11-dev python3-pytest
   # the API reference (docs/doxygen), checked by //tests/docs:doxygen_test

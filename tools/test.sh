@@ -118,6 +118,11 @@ check consumer-bazel-quiet bash -c "cd examples/consumer-bazel &&
   ! grep -m 3 'linux-sandbox' '$work/consumer-bazel.log' &&
   echo 'the consumer builds with processwrapper-sandbox; no linux-sandbox debug lines'"
 
+# The library's locking rules, proved by Clang's thread-safety analysis
+# (core/thread_annotations.h); //tests/tools:thread_safety_test shows the
+# check can fail.
+check thread-safety tools/thread_safety.sh
+
 # The installed package: tools/install.sh into a fresh prefix.
 prefix=$work/prefix
 check install env IBEV_WERROR=ON tools/install.sh "$prefix"

@@ -130,7 +130,8 @@ void Device::deliver(Delivery delivery) {
 
 void Device::refresh_port(std::uint8_t port) noexcept {
   ibv_context* context = context_.get();
-  if (context == nullptr || port < 1 || port > ports_.size()) return;
+  const std::uint8_t ports = port_count();
+  if (context == nullptr || port < 1 || port > ports) return;
   CachedPort fresh;
   int error = ibv_query_port(context, port, &fresh.attributes);
   if (error == 0 && fresh.attributes.gid_tbl_len > 0) {
@@ -138,7 +139,7 @@ void Device::refresh_port(std::uint8_t port) noexcept {
       // rdma-core reads every port's table at once; this port's entries are
       // kept.
       std::vector<ibv_gid_entry> table(static_cast<std::size_t>(fresh.attributes.gid_tbl_len) *
-                                       ports_.size());
+                                       ports);
       const ssize_t n = ibv_query_gid_table(context, table.data(), table.size(), 0);
       if (n < 0) {
         error = static_cast<int>(-n);
@@ -164,12 +165,19 @@ void Device::refresh_port(std::uint8_t port) noexcept {
     }
     return;
   }
-  std::lock_guard<std::mutex> lock(ports_mutex_);
+  detail::MutexLock lock(ports_mutex_);
   ports_[port - 1] = std::move(fresh);
 }
 
+// The cache's size is set once, in the constructor; read under the lock all
+// the same, which costs nothing beside the verbs that follow.
+std::uint8_t Device::port_count() const noexcept {
+  detail::MutexLock lock(ports_mutex_);
+  return static_cast<std::uint8_t>(ports_.size());
+}
+
 CachedPort Device::cached_port(std::uint8_t port) const {
-  std::lock_guard<std::mutex> lock(ports_mutex_);
+  detail::MutexLock lock(ports_mutex_);
   if (port < 1 || port > ports_.size()) {
     throw std::out_of_range("Device::cached_port: " + name_ + " has ports 1.." +
                             std::to_string(ports_.size()) + ", not " + std::to_string(port));
@@ -189,7 +197,7 @@ ibv_context* Device::require_open(const char* verb) const {
 }
 
 void Device::track(std::weak_ptr<detail::Closeable> object) {
-  std::lock_guard<std::mutex> lock(objects_mutex_);
+  detail::MutexLock lock(objects_mutex_);
   // Forget the objects gone already whenever the list doubles: amortised.
   if (objects_.size() >= 16 && (objects_.size() & (objects_.size() - 1)) == 0) {
     objects_.erase(std::remove_if(objects_.begin(), objects_.end(),
@@ -206,10 +214,10 @@ void Device::close() noexcept {
     context_.close();
     return;
   }
-  std::lock_guard<std::mutex> closing(close_mutex_);
+  detail::MutexLock closing(close_mutex_);
   std::vector<std::weak_ptr<detail::Closeable>> objects;
   {
-    std::lock_guard<std::mutex> lock(objects_mutex_);
+    detail::MutexLock lock(objects_mutex_);
     objects.swap(objects_);
   }
   for (auto it = objects.rbegin(); it != objects.rend(); ++it) {

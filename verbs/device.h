@@ -47,7 +47,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +55,7 @@
 #include <ibev/core/executor.h>
 #include <ibev/core/handle.h>
 #include <ibev/core/registry.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/verbs/ownership.h>
 
@@ -111,7 +111,7 @@ class Device : public std::enable_shared_from_this<Device> {
   ibv_gid query_gid(std::uint8_t port, int index) const;
   // Ports count from 1 to port_count(). Throws std::out_of_range.
   CachedPort cached_port(std::uint8_t port) const;
-  std::uint8_t port_count() const noexcept { return static_cast<std::uint8_t>(ports_.size()); }
+  std::uint8_t port_count() const noexcept;
 
   // Closes everything made on the device, then the device. Idempotent.
   void close() noexcept;
@@ -142,11 +142,12 @@ class Device : public std::enable_shared_from_this<Device> {
   const std::string name_;
   const std::string node_;
   std::atomic<DeviceLoss> loss_{DeviceLoss::kNone};
-  mutable std::mutex ports_mutex_;
-  std::vector<CachedPort> ports_;  // [0] is port 1
-  std::mutex close_mutex_;  // one close() at a time
-  std::mutex objects_mutex_;
-  std::vector<std::weak_ptr<detail::Closeable>> objects_;  // in creation order
+  mutable detail::Mutex ports_mutex_;
+  std::vector<CachedPort> ports_ IBEV_GUARDED_BY(ports_mutex_);  // [0] is port 1
+  detail::Mutex close_mutex_ IBEV_ACQUIRED_BEFORE(objects_mutex_);  // one close() at a time
+  detail::Mutex objects_mutex_;
+  // In creation order.
+  std::vector<std::weak_ptr<detail::Closeable>> objects_ IBEV_GUARDED_BY(objects_mutex_);
 };
 
 }  // namespace ibev

@@ -21,7 +21,6 @@
 #include <chrono>
 #include <map>
 #include <atomic>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -30,6 +29,7 @@
 
 #include <ibev/core/subscriber_lists.h>
 #include <ibev/core/failure.h>
+#include <ibev/core/thread_annotations.h>
 
 namespace ibev {
 namespace {
@@ -55,9 +55,10 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
   // not listed yet is looked for again, every 20 ms for 2 s, while its
   // node is there.
   void added(const std::string& node, int attempt = 0) {
+    IBEV_ASSERT_DISPATCHING(dispatcher);
     if (closed.load()) return;
     {
-      std::lock_guard<std::mutex> lock(mutex);
+      detail::MutexLock lock(mutex);
       for (const Open& open : devices) {
         if (open.device->node() == node) return;  // heard twice (replay, rescan)
       }
@@ -79,7 +80,7 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
     }
     retries.erase(node);
     {
-      std::lock_guard<std::mutex> lock(mutex);
+      detail::MutexLock lock(mutex);
       devices.push_back(Open{device, std::move(end)});
     }
     call_clients(detail::Order::kRegistration, ClientCall{true, device, DeviceLoss::kNone});
@@ -123,9 +124,10 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
   // ~DeviceClients that finds it there waits, releasing the handle, until
   // every remove has returned.
   void lost(ibv_context* context, DeviceLoss loss) {
+    IBEV_ASSERT_DISPATCHING(dispatcher);
     std::shared_ptr<Device> device;
     {
-      std::lock_guard<std::mutex> lock(mutex);
+      detail::MutexLock lock(mutex);
       const auto it = find(context);
       if (it == devices.end()) return;
       device = it->device;
@@ -133,7 +135,7 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
     if (!closed.load()) call_clients(detail::Order::kReverse, ClientCall{false, device, loss});
     Handle end;
     {
-      std::lock_guard<std::mutex> lock(mutex);
+      detail::MutexLock lock(mutex);
       const auto it = find(context);
       if (it == devices.end()) return;  // ~DeviceClients took it: it releases it
       end = std::move(it->end);
@@ -162,7 +164,7 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
 
   std::vector<std::shared_ptr<Device>> snapshot() const {
     std::vector<std::shared_ptr<Device>> open;
-    std::lock_guard<std::mutex> lock(mutex);
+    detail::MutexLock lock(mutex);
     for (const Open& o : devices) open.push_back(o.device);
     return open;
   }
@@ -172,8 +174,7 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
     Handle end;  // its listener of the device's end
   };
 
-  // Under `mutex`.
-  std::vector<Open>::iterator find(ibv_context* context) {
+  std::vector<Open>::iterator find(ibv_context* context) IBEV_REQUIRES(mutex) {
     return std::find_if(devices.begin(), devices.end(),
                         [&](const Open& open) { return open.device->context() == context; });
   }
@@ -181,8 +182,8 @@ struct DeviceClients::State : std::enable_shared_from_this<DeviceClients::State>
   Dispatcher& dispatcher;
   std::atomic<bool> closed{false};
   std::map<std::string, Handle> retries;  // by node; dispatching thread only
-  mutable std::mutex mutex;
-  std::vector<Open> devices;  // open, in order of appearance
+  mutable detail::Mutex mutex;
+  std::vector<Open> devices IBEV_GUARDED_BY(mutex);  // open, in order of appearance
   detail::BroadcastList<Client> clients;
 };
 
@@ -202,7 +203,7 @@ DeviceClients::~DeviceClients() {
   watching_.release();
   std::vector<State::Open> open;
   {
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     open.swap(state_->devices);
   }
   // Each listener released (waiting for it if it runs on the dispatching

@@ -8,12 +8,12 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/event_wait.h>
 #include <ibev/verbs/test_seams.h>
 
@@ -41,11 +41,14 @@ class Drain {
   Drain(DrainDone done, std::weak_ptr<Registry> failures, ibv_qp* qp)
       : done_(std::move(done)), failures_(std::move(failures)), device_(qp->context), qp_(qp) {}
 
-  void expect(int count) { waiting_ += count; }
+  void expect(int count) IBEV_EXCLUDES(mutex_) {
+    MutexLock lock(mutex_);
+    waiting_ += count;
+  }
   // Kept until the drain is over; released at once if it already is.
   void hold(Handle handle) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (!over_) {
         handles_.push_back(std::move(handle));
         return;
@@ -59,7 +62,7 @@ class Drain {
   void arrived(const Note& note) {
     bool last;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (over_) return;
       if (!answered_) note(report_);
       last = --waiting_ == 0;
@@ -74,7 +77,7 @@ class Drain {
   }
 
   bool answered() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return answered_;
   }
 
@@ -89,7 +92,7 @@ class Drain {
   // caller hears the exception instead).
   void abandon() noexcept {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       answered_ = true;
     }
     release_all();
@@ -99,7 +102,7 @@ class Drain {
   void release_all() noexcept {
     std::vector<Handle> handles;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (over_) return;
       over_ = true;
       handles.swap(handles_);
@@ -108,12 +111,14 @@ class Drain {
     for (auto it = handles.rbegin(); it != handles.rend(); ++it) it->release();
   }
   void answer(std::error_code error) noexcept {
+    DrainReport report;  // final once answered
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (answered_) return;
       answered_ = true;
+      report = report_;
     }
-    reported_call("drain's done", [&] { done_(report_, error); }, [this](Failure failure) {
+    reported_call("drain's done", [&] { done_(report, error); }, [this](Failure failure) {
       failure.device = device_;
       failure.object = qp_;
       if (const std::shared_ptr<Registry> registry = failures_.lock()) {
@@ -124,16 +129,16 @@ class Drain {
     });
   }
 
-  std::mutex mutex_;
-  int waiting_ = 0;
-  bool answered_ = false;
-  bool over_ = false;
-  DrainReport report_;
+  Mutex mutex_;
+  int waiting_ IBEV_GUARDED_BY(mutex_) = 0;
+  bool answered_ IBEV_GUARDED_BY(mutex_) = false;
+  bool over_ IBEV_GUARDED_BY(mutex_) = false;
+  DrainReport report_ IBEV_GUARDED_BY(mutex_);
   DrainDone done_;
   const std::weak_ptr<Registry> failures_;
   ibv_context* const device_;  // for the failure record only: never dereferenced
   const void* const qp_;       // likewise (`done` may have destroyed it)
-  std::vector<Handle> handles_;
+  std::vector<Handle> handles_ IBEV_GUARDED_BY(mutex_);
 };
 
 void cancel(Drain& drain, std::error_code error) noexcept { drain.cancel(error); }

@@ -13,12 +13,12 @@
 #include "drain.h"
 
 #include <ibev/core/happens_before.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/event_wait.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <future>
-#include <mutex>
 #include <random>
 #include <string>
 #include <stdexcept>
@@ -135,9 +135,9 @@ QueuePair::~QueuePair() {
 
 // Weak: a drain that ended (its timer or markers gone) is nobody's to end.
 struct QueuePair::Drains {
-  std::mutex mutex;
-  bool closing = false;
-  std::vector<std::weak_ptr<detail::Drain>> running;
+  detail::Mutex mutex;
+  bool closing IBEV_GUARDED_BY(mutex) = false;
+  std::vector<std::weak_ptr<detail::Drain>> running IBEV_GUARDED_BY(mutex);
   // Held while a drain polls kPolled CQs for its markers, after its verbs:
   // close() waits for it (the CQs may go once it returns), and it lives on
   // with the drain when `done` destroys the QueuePair.
@@ -160,7 +160,7 @@ void QueuePair::close() noexcept {
   if (const std::shared_ptr<Drains> drains = std::atomic_load(&drains_)) {
     std::vector<std::weak_ptr<detail::Drain>> running;
     {
-      std::lock_guard<std::mutex> lock(drains->mutex);
+      detail::MutexLock lock(drains->mutex);
       drains->closing = true;
       running.swap(drains->running);
     }
@@ -193,7 +193,7 @@ void QueuePair::run_drain(const char* verb, detail::DrainedQueues queues,
     rest = detail::start_drain(
         qp, parents_, pd_->device()->dispatcher(), queues, options, std::move(done),
         [&drains, verb](const std::shared_ptr<detail::Drain>& drain) {
-                         std::lock_guard<std::mutex> lock(drains->mutex);
+                         detail::MutexLock lock(drains->mutex);
                          if (drains->closing) detail::throw_closed(verb);
                          auto& running = drains->running;
                          running.erase(

@@ -201,7 +201,7 @@ TextfileWriter::TextfileWriter(std::string path, std::chrono::milliseconds perio
 
 TextfileWriter::~TextfileWriter() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    detail::MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_one();
@@ -211,16 +211,17 @@ TextfileWriter::~TextfileWriter() {
 
 void TextfileWriter::changed() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    detail::MutexLock lock(mutex_);
     changed_ = true;
   }
   wake_.notify_one();
 }
 
 void TextfileWriter::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  detail::UniqueLock lock(mutex_);
   while (true) {
-    wake_.wait_for(lock, period_, [this] { return changed_ || stopping_; });
+    wake_.wait_for(lock.native(), period_,
+                   [this]() IBEV_REQUIRES(mutex_) { return changed_ || stopping_; });
     if (stopping_) return;
     changed_ = false;
     lock.unlock();

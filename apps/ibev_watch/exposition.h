@@ -20,9 +20,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include <ibev/core/thread_annotations.h>
 
 namespace ibev::watch {
 
@@ -76,20 +77,20 @@ class TextfileWriter {
   TextfileWriter& operator=(const TextfileWriter&) = delete;
 
   // Any thread; never waits for a write.
-  void changed();
+  void changed() IBEV_EXCLUDES(mutex_);
 
  private:
   void write() const;  // throws std::system_error
-  void run();
+  void run() IBEV_EXCLUDES(mutex_);
 
   const std::string path_;
   const std::chrono::milliseconds period_;
   const Render render_;
   const ExpositionFailed failed_;
-  std::mutex mutex_;
+  detail::Mutex mutex_;
   std::condition_variable wake_;
-  bool changed_ = false;
-  bool stopping_ = false;
+  bool changed_ IBEV_GUARDED_BY(mutex_) = false;
+  bool stopping_ IBEV_GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
 

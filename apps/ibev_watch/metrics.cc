@@ -13,7 +13,7 @@ namespace ibev::watch {
 
 void WatchMetrics::update(const std::function<void(State&)>& change) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    detail::MutexLock lock(mutex_);
     change(state_);
   }
   if (changed_) changed_();
@@ -50,7 +50,7 @@ std::string WatchMetrics::render(const Dispatcher& dispatcher,
                                  const std::vector<std::shared_ptr<Device>>& devices) const {
   State state;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    detail::MutexLock lock(mutex_);
     state = state_;
   }
   std::ostringstream out;

@@ -17,13 +17,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include <ibev/core/event.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/verbs/device.h>
 
@@ -55,11 +55,11 @@ class WatchMetrics {
     std::map<std::pair<std::string, std::string>, std::uint64_t> removals;  // device, reason
   };
 
-  void update(const std::function<void(State&)>& change);
+  void update(const std::function<void(State&)>& change) IBEV_EXCLUDES(mutex_);
 
   const std::function<void()> changed_;
-  mutable std::mutex mutex_;
-  State state_;
+  mutable detail::Mutex mutex_;
+  State state_ IBEV_GUARDED_BY(mutex_);
   std::atomic<std::uint64_t> scrape_errors_{0};
 };
 

@@ -49,14 +49,14 @@ void Printer::change(const Device& device, bool added, DeviceLoss loss, Clock::t
 }
 
 void Printer::print(const std::string& line) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  detail::MutexLock lock(mutex_);
   std::fprintf(stdout, "%s\n", line.c_str());
   std::fflush(stdout);  // a line per event, even into a pipe
 }
 
 // Not dropped: said on stderr, which a service's unit also collects.
 void Printer::refused(int error, const std::string& line) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  detail::MutexLock lock(mutex_);
   std::fprintf(stderr, "ibev-watch: sd_journal_send: %s: %s\n", std::strerror(error), line.c_str());
 }
 
@@ -99,16 +99,18 @@ DeviceClient Watch::client() {
 }
 
 bool Watch::wait_added(const std::vector<std::string>& names, std::chrono::milliseconds limit) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  return added_.wait_for(lock, limit, [&] {
+  detail::UniqueLock lock(mutex_);
+  return added_.wait_for(lock.native(), limit, [&]() IBEV_REQUIRES(mutex_) {
     return std::all_of(names.begin(), names.end(),
-                       [&](const std::string& name) { return added_names_.count(name) != 0; });
+                       [&](const std::string& name) IBEV_REQUIRES(mutex_) {
+                         return added_names_.count(name) != 0;
+                       });
   });
 }
 
 std::vector<std::shared_ptr<Device>> Watch::watched(
     const std::vector<std::shared_ptr<Device>>& open) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  detail::MutexLock lock(mutex_);
   std::vector<std::shared_ptr<Device>> ours;
   for (const auto& device : open) {
     if (listeners_.count(device.get()) != 0) ours.push_back(device);
@@ -117,7 +119,7 @@ std::vector<std::shared_ptr<Device>> Watch::watched(
 }
 
 Counts Watch::counts(const std::vector<std::shared_ptr<Device>>& open) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  detail::MutexLock lock(mutex_);
   Counts all = removed_counts_;
   for (const auto& device : open) {
     if (listeners_.count(device.get()) != 0) add_counts(all, registry_, *device);
@@ -133,6 +135,7 @@ bool Watch::wanted(const std::string& name) const {
 // remove will come). No event is delivered before add() returns: both run
 // on the dispatching thread.
 void Watch::add(const std::shared_ptr<Device>& device) {
+  IBEV_ASSERT_DISPATCHING(device->dispatcher());
   if (!wanted(device->name())) return;
   Handle listener = device->on_event({}, [this, name = device->name()](const Event& event) {
     const auto now = Clock::now();
@@ -141,21 +144,22 @@ void Watch::add(const std::shared_ptr<Device>& device) {
   });
   printer_.change(*device, true, DeviceLoss::kNone, Clock::now());
   metrics_.added(device->name());
-  std::lock_guard<std::mutex> lock(mutex_);
+  detail::MutexLock lock(mutex_);
   listeners_[device.get()] = std::move(listener);
   added_names_.insert(device->name());
   added_.notify_all();
 }
 
 void Watch::remove(const std::shared_ptr<Device>& device, DeviceLoss loss) {
+  IBEV_ASSERT_DISPATCHING(device->dispatcher());
   {
     // One add() left out (not named with -d) is not watched, so not removed.
-    std::lock_guard<std::mutex> lock(mutex_);
+    detail::MutexLock lock(mutex_);
     if (listeners_.count(device.get()) == 0) return;
   }
   printer_.change(*device, false, loss, Clock::now());
   metrics_.removed(device->name(), loss);
-  std::lock_guard<std::mutex> lock(mutex_);
+  detail::MutexLock lock(mutex_);
   add_counts(removed_counts_, registry_, *device);  // before it closes and is forgotten
   listeners_.erase(device.get());
 }

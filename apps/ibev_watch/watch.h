@@ -23,13 +23,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <ibev/core/registry.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
 
@@ -53,11 +53,11 @@ class Printer {
   void change(const Device& device, bool added, DeviceLoss loss, Clock::time_point time);
 
  private:
-  void print(const std::string& line);
-  void refused(int error, const std::string& line);
+  void print(const std::string& line) IBEV_EXCLUDES(mutex_);
+  void refused(int error, const std::string& line) IBEV_EXCLUDES(mutex_);
 
   const Output output_;
-  std::mutex mutex_;
+  detail::Mutex mutex_;  // one line at a time
 };
 
 // Events seen, per device name and event, across a device's removals and
@@ -85,18 +85,18 @@ class Watch {
 
  private:
   bool wanted(const std::string& name) const;
-  void add(const std::shared_ptr<Device>& device);
-  void remove(const std::shared_ptr<Device>& device, DeviceLoss loss);
+  void add(const std::shared_ptr<Device>& device) IBEV_EXCLUDES(mutex_);
+  void remove(const std::shared_ptr<Device>& device, DeviceLoss loss) IBEV_EXCLUDES(mutex_);
 
   Registry& registry_;
   Printer& printer_;
   WatchMetrics& metrics_;
   const std::vector<std::string> only_;
-  std::mutex mutex_;
+  detail::Mutex mutex_;
   std::condition_variable added_;
-  std::set<std::string> added_names_;
-  std::map<const Device*, Handle> listeners_;
-  Counts removed_counts_;
+  std::set<std::string> added_names_ IBEV_GUARDED_BY(mutex_);
+  std::map<const Device*, Handle> listeners_ IBEV_GUARDED_BY(mutex_);
+  Counts removed_counts_ IBEV_GUARDED_BY(mutex_);
 };
 
 }  // namespace ibev::watch

@@ -1,0 +1,373 @@
+// The module's verbs room (python/bindings.h lists the rooms): Device and
+// DeviceClients, and what is made on a device: ProtectionDomain,
+// MemoryRegion, CompletionQueue (with WorkCompletion), SharedReceiveQueue,
+// QueuePair (with RcEndpoint and DrainReport).
+#include "objects.h"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ibev/core/failure.h>
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/rc_endpoint.h>
+#include <ibev/verbs/shared_receive_queue.h>
+
+using namespace pybind11::literals;
+
+namespace ibev::python {
+namespace {
+
+class PyDeviceClients {
+ public:
+  PyDeviceClients(std::shared_ptr<ClientsSlot> slot, py::object dispatcher)
+      : dispatcher(std::move(dispatcher)), slot_(std::move(slot)) {}
+  ~PyDeviceClients() { close(); }
+  // Registers under the slot's lock: a close() on another thread waits.
+  Handle register_client(DeviceClient client) const {
+    std::lock_guard<std::mutex> lock(slot_->mutex);
+    if (!slot_->clients) throw py::value_error("the DeviceClients are closed");
+    return slot_->clients->register_client(std::move(client));
+  }
+  void close() {
+    without_gil([&] { slot_->end(); });
+  }
+  py::object dispatcher;
+
+ private:
+  std::shared_ptr<ClientsSlot> slot_;
+};
+
+// A Python buffer exported for as long as a region registers it (a
+// bytearray cannot be resized under it): one C-contiguous block, writable
+// when the region's access lets the device write (a strided view would
+// register memory outside the view). Released under the GIL.
+class BufferView {
+ public:
+  BufferView(const py::object& buffer, bool writable) {
+    if (PyObject_GetBuffer(buffer.ptr(), &view_,
+                           PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+      throw py::error_already_set();  // BufferError or TypeError, with Python's words
+    }
+  }
+  ~BufferView() { PyBuffer_Release(&view_); }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  void* data() const { return view_.buf; }
+  std::size_t size() const { return static_cast<std::size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+class PyMemoryRegion : public Shared<MemoryRegion> {
+ public:
+  PyMemoryRegion(std::shared_ptr<MemoryRegion> mr, std::unique_ptr<BufferView> view)
+      : Shared(std::move(mr)), view_(std::move(view)) {}
+  ~PyMemoryRegion() override {
+    // The region first (Shared's destructor runs after this one: close it
+    // here, so the view is released only once nothing reads the memory).
+    close();
+  }
+  // The SGE for [offset, offset + length) of the region.
+  ibv_sge sge(std::size_t offset, std::size_t length) const {
+    const ibv_mr* mr = (**this).get();
+    if (mr == nullptr) throw_system_error("MemoryRegion (closed)", ENODEV);
+    if (offset > mr->length || length > mr->length - offset) {
+      throw py::value_error("[" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                            ") is outside the region's " + std::to_string(mr->length) + " bytes");
+    }
+    return ibv_sge{reinterpret_cast<std::uintptr_t>(mr->addr) + offset,
+                   static_cast<std::uint32_t>(length), mr->lkey};
+  }
+
+ private:
+  std::unique_ptr<BufferView> view_;
+};
+
+// One receive work request for [offset, offset + length) of a region, for
+// a QP's receive queue or an SRQ.
+struct Receive {
+  Receive(const PyMemoryRegion& mr, std::size_t offset, std::size_t length, std::uint64_t wr_id)
+      : sge(mr.sge(offset, length)) {
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+  }
+  Receive(const Receive&) = delete;
+  Receive& operator=(const Receive&) = delete;
+  ibv_sge sge;
+  ibv_recv_wr wr{};
+};
+
+struct WorkCompletion {
+  std::uint64_t wr_id;
+  int status;
+  int opcode;
+  std::uint32_t byte_len;
+  std::uint32_t qp_num;
+};
+
+}  // namespace
+
+void bind_verbs(py::module_& m) {
+  py::class_<PyDevice>(m, "Device", "An open RDMA device, its async events served by a Dispatcher.")
+      .def_static(
+          "open",
+          [](py::object dispatcher, const std::string& name) {
+            InUse d = dispatcher_of(dispatcher, "Device.open").use();
+            auto device = without_gil([&] { return Device::open(*d, name); });
+            return std::make_unique<PyDevice>(std::move(device), std::move(dispatcher));
+          },
+          "dispatcher"_a, "name"_a = "")
+      .def_static("names", &Device::names)
+      .def_property_readonly("name", [](const PyDevice& d) { return (*d).name(); })
+      .def_property_readonly("node", [](const PyDevice& d) { return (*d).node(); })
+      .def_property_readonly("dispatcher", [](const PyDevice& d) { return d.dispatcher; })
+      .def_property_readonly("closed", [](const PyDevice& d) { return (*d).context() == nullptr; })
+      .def_property_readonly("loss",
+                             [](const PyDevice& d) -> std::optional<std::string> {
+                               if ((*d).loss() == DeviceLoss::kNone) return std::nullopt;
+                               return std::string(to_string((*d).loss()));
+                             })
+      .def_property_readonly("port_count", [](const PyDevice& d) { return (*d).port_count(); })
+      .def(
+          "port_state",
+          [](const PyDevice& d, int port) {
+            if (port < 1 || port > (*d).port_count()) {
+              throw py::index_error("port " + std::to_string(port) + " of " +
+                                    std::to_string((*d).port_count()));
+            }
+            return std::string(ibv_port_state_str(
+                (*d).cached_port(static_cast<std::uint8_t>(port)).attributes.state));
+          },
+          "port"_a = 1)
+      .def(
+          "listen",
+          [](PyDevice& d, py::object handler, std::optional<std::vector<int>> types,
+             std::optional<int> port) {
+            Handler call = event_handler(handler, About{(*d).name(), std::nullopt, false});
+            if (!call) throw py::type_error("listen needs a handler");
+            return std::make_unique<PyHandle>(
+                (*d).on_event(event_filter(types, port), std::move(call)));
+          },
+          "handler"_a, "types"_a = py::none(), "port"_a = py::none())
+      .def("close", &PyDevice::close);
+
+  py::class_<PyDeviceClients>(m, "DeviceClients",
+                              "The kernel's ib_client: add(device) for every device present and "
+                              "added later, remove(device, loss) when one goes, on the "
+                              "dispatching thread. Ends when closed, or with its Dispatcher.")
+      .def(py::init([](py::object dispatcher) {
+             auto slot = dispatcher_of(dispatcher, "DeviceClients").add_clients();
+             return std::make_unique<PyDeviceClients>(std::move(slot), std::move(dispatcher));
+           }),
+           "dispatcher"_a)
+      .def(
+          "register",
+          [](PyDeviceClients& clients, const std::string& name, py::object add, py::object remove) {
+            Callable on_add(std::move(add), "a client's add");
+            Callable on_remove(std::move(remove), "a client's remove");
+            // The Device each call is handed remembers the Dispatcher.
+            Kept dispatcher(clients.dispatcher);
+            DeviceClient client{
+                name,
+                [on_add, dispatcher](const std::shared_ptr<Device>& device) {
+                  py::gil_scoped_acquire gil;
+                  on_add(std::make_unique<PyDevice>(device, dispatcher.get()));
+                },
+                [on_remove, dispatcher](const std::shared_ptr<Device>& device, DeviceLoss loss) {
+                  py::gil_scoped_acquire gil;
+                  on_remove(std::make_unique<PyDevice>(device, dispatcher.get()),
+                            std::string(to_string(loss)));
+                }};
+            return std::make_unique<PyHandle>(clients.register_client(std::move(client)));
+          },
+          "name"_a, "add"_a, "remove"_a)
+      .def("close", &PyDeviceClients::close);
+
+  py::class_<PyProtectionDomain>(m, "ProtectionDomain")
+      .def(py::init([](const PyDevice& device) {
+             return std::make_unique<PyProtectionDomain>(ProtectionDomain::create(device.ref()));
+           }),
+           "device"_a, py::keep_alive<1, 2>())
+      .def("close", &PyProtectionDomain::close);
+
+  py::class_<PyMemoryRegion>(m, "MemoryRegion",
+                             "A registered Python buffer (bytearray, memoryview, ...), kept "
+                             "exported while registered.")
+      .def(py::init([](const PyProtectionDomain& pd, py::object buffer, int access) {
+             const bool device_writes =
+                 (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+             auto view = std::make_unique<BufferView>(buffer, device_writes);
+             auto mr = MemoryRegion::create(pd.ref(), view->data(), view->size(), access);
+             return std::make_unique<PyMemoryRegion>(std::move(mr), std::move(view));
+           }),
+           "pd"_a, "buffer"_a, "access"_a = static_cast<int>(IBV_ACCESS_LOCAL_WRITE),
+           py::keep_alive<1, 2>())
+      .def_property_readonly("lkey", [](const PyMemoryRegion& mr) { return (*mr).lkey(); })
+      .def("close", &PyMemoryRegion::close);
+
+  py::class_<WorkCompletion>(m, "WorkCompletion")
+      .def_readonly("wr_id", &WorkCompletion::wr_id)
+      .def_readonly("status", &WorkCompletion::status)
+      .def_readonly("opcode", &WorkCompletion::opcode)
+      .def_readonly("byte_len", &WorkCompletion::byte_len)
+      .def_readonly("qp_num", &WorkCompletion::qp_num)
+      .def_property_readonly("status_name", [](const WorkCompletion& wc) {
+        return std::string(ibv_wc_status_str(static_cast<ibv_wc_status>(wc.status)));
+      });
+
+  py::class_<PyCompletionQueue>(m, "CompletionQueue",
+                                "A CQ whose completions reach on_completion(list of "
+                                "WorkCompletion) and CQ_ERR on_event(event), on the "
+                                "dispatching thread.")
+      .def(
+          py::init([](const PyDevice& device, py::object on_completion, py::object on_event,
+                      int cqe) {
+            Callable completions(std::move(on_completion), "on_completion");
+            CompletionHandler handler = [completions](const CompletionBatch& batch) {
+              py::gil_scoped_acquire gil;
+              py::list list;
+              for (const ibv_wc& wc : batch) {
+                list.append(WorkCompletion{wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.qp_num});
+              }
+              completions(std::move(list));
+            };
+            CompletionQueue::Options options;
+            options.cqe = cqe;
+            Handler events = event_handler(on_event, About{(*device).name(), std::nullopt, false});
+            return std::make_unique<PyCompletionQueue>(without_gil([&] {
+              return CompletionQueue::create(device.ref(), std::move(handler), std::move(events),
+                                             options);
+            }));
+          }),
+          "device"_a, "on_completion"_a, "on_event"_a = py::none(), "cqe"_a = 64,
+          py::keep_alive<1, 2>())
+      .def("close", &PyCompletionQueue::close);
+
+  py::class_<PySharedReceiveQueue>(m, "SharedReceiveQueue",
+                                   "An SRQ whose SRQ_ERR and SRQ_LIMIT_REACHED reach on_event.")
+      .def(py::init([](const PyProtectionDomain& pd, py::object on_event, std::uint32_t max_wr) {
+             SharedReceiveQueue::Options options;
+             options.max_wr = max_wr;
+             return std::make_unique<PySharedReceiveQueue>(SharedReceiveQueue::create(
+                 pd.ref(),
+                 event_handler(on_event, About{(*pd).device()->name(), std::nullopt, false}),
+                 options));
+           }),
+           "pd"_a, "on_event"_a = py::none(), "max_wr"_a = 64, py::keep_alive<1, 2>())
+      .def(
+          "arm_limit",
+          [](PySharedReceiveQueue& srq, std::uint32_t limit) { (*srq).arm_limit(limit); },
+          "limit"_a)
+      .def(
+          "post_recv",
+          [](PySharedReceiveQueue& srq, const PyMemoryRegion& mr, std::size_t offset,
+             std::size_t length, std::uint64_t wr_id) {
+            Receive receive(mr, offset, length, wr_id);
+            ibv_recv_wr* bad = nullptr;
+            ibv_srq* raw = open_object(srq, "ibv_post_srq_recv: the SharedReceiveQueue");
+            if (int rc = ibv_post_srq_recv(raw, &receive.wr, &bad); rc != 0) {
+              throw_system_error("ibv_post_srq_recv", rc);
+            }
+          },
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0)
+      .def("close", &PySharedReceiveQueue::close);
+
+  py::class_<RcEndpoint>(m, "RcEndpoint", "What an RC peer needs, in ibv_rc_pingpong's wire form.")
+      .def_property_readonly("qp_num", &RcEndpoint::qp_num)
+      .def_property_readonly("psn", &RcEndpoint::psn)
+      .def("to_wire",
+           [](const RcEndpoint& e) {
+             const auto wire = e.to_wire();
+             return py::bytes(wire.data(), wire.size());
+           })
+      .def_static("from_wire", [](py::bytes wire) {
+        return RcEndpoint::from_wire(static_cast<std::string>(wire));
+      });
+
+  py::class_<DrainReport>(m, "DrainReport")
+      .def_readonly("send_drained", &DrainReport::send_drained)
+      .def_readonly("receive_drained", &DrainReport::receive_drained)
+      .def_readonly("last_wqe_reached", &DrainReport::last_wqe_reached);
+
+  py::class_<PyQueuePair>(m, "QueuePair",
+                          "An RC QP (by default) whose async events reach on_event on the "
+                          "dispatching thread.")
+      .def(py::init([](const PyProtectionDomain& pd, const PyCompletionQueue& send_cq,
+                       const PyCompletionQueue& recv_cq, py::object on_event,
+                       const PySharedReceiveQueue* srq, std::uint32_t max_send_wr,
+                       std::uint32_t max_recv_wr) {
+             QueuePair::Options options;
+             options.send_cq = send_cq.ref();
+             options.recv_cq = recv_cq.ref();
+             if (srq != nullptr) options.srq = srq->ref();
+             options.cap.max_send_wr = max_send_wr;
+             options.cap.max_recv_wr = max_recv_wr;
+             return std::make_unique<PyQueuePair>(QueuePair::create(
+                 pd.ref(),
+                 event_handler(on_event, About{(*pd).device()->name(), std::nullopt, true}),
+                 options));
+           }),
+           "pd"_a, "send_cq"_a, "recv_cq"_a, "on_event"_a = py::none(), "srq"_a = nullptr,
+           "max_send_wr"_a = 16, "max_recv_wr"_a = 16, py::keep_alive<1, 2>())
+      .def_property_readonly("qp_num", [](const PyQueuePair& qp) { return (*qp).qp_num(); })
+      .def(
+          "endpoint",
+          [](const PyQueuePair& qp, int port, int gid_index) {
+            if (port < 1 || port > 255) throw py::value_error("port " + std::to_string(port));
+            return (*qp).endpoint(static_cast<std::uint8_t>(port), gid_index);
+          },
+          "port"_a = 1, "gid_index"_a = 0)
+      .def(
+          "connect", [](PyQueuePair& qp, const RcEndpoint& remote) { (*qp).connect(remote); },
+          "remote"_a)
+      .def(
+          "post_send",
+          [](PyQueuePair& qp, const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
+             std::uint64_t wr_id, bool signaled) {
+            ibv_sge sge = mr.sge(offset, length);
+            ibv_send_wr wr{};
+            wr.wr_id = wr_id;
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            wr.opcode = IBV_WR_SEND;
+            wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+            (*qp).post_send(wr);
+          },
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0, "signaled"_a = true)
+      .def(
+          "post_recv",
+          [](PyQueuePair& qp, const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
+             std::uint64_t wr_id) {
+            Receive receive(mr, offset, length, wr_id);
+            (*qp).post_recv(receive.wr);
+          },
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0)
+      .def(
+          "drain",
+          [](PyQueuePair& qp, double timeout) {
+            DrainOptions options;
+            options.timeout = seconds(timeout);
+            return without_gil([&] { return (*qp).drain(options); });
+          },
+          "timeout"_a = 5.0)
+      .def("close", &PyQueuePair::close);
+
+  m.def(
+      "connect_rc_pair", [](PyQueuePair& a, PyQueuePair& b) { connect_rc_pair(*a, *b); }, "a"_a,
+      "b"_a, "Connects two RC QPs of one device to each other (loopback).");
+
+}
+
+}  // namespace ibev::python

@@ -1,0 +1,195 @@
+// The Python objects the module's rooms share (python/bindings.h lists
+// them): the Dispatcher and its clients' slots, a registration's Handle, and
+// the wrappers of what C++ shares (a Device and what is made on it). The
+// GIL's rules are bindings.h's. Private to the module.
+#ifndef IBEV_PYTHON_OBJECTS_H_
+#define IBEV_PYTHON_OBJECTS_H_
+
+#include "bindings.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ibev/core/failure.h>
+#include <ibev/core/handle.h>
+#include <ibev/core/registry.h>
+#include <ibev/dispatch/dispatcher.h>
+#include <ibev/verbs/completion_queue.h>
+#include <ibev/verbs/device.h>
+#include <ibev/verbs/device_clients.h>
+#include <ibev/verbs/protection_domain.h>
+#include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/shared_receive_queue.h>
+
+namespace ibev::python {
+
+// Device clients must go before their Dispatcher (C++'s rule); Python may
+// drop them in any order, so the Dispatcher ends them first when it closes.
+struct ClientsSlot {
+  std::mutex mutex;
+  std::unique_ptr<DeviceClients> clients;  // null once ended
+  void end() {
+    std::unique_ptr<DeviceClients> ending;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ending = std::move(clients);
+    }
+    ending.reset();
+  }
+};
+
+// A reference to the C++ Dispatcher for one call that lets go of the GIL:
+// another Python thread's close() then cannot destroy it mid-call, and if
+// that close() came first, the last reference goes here, without the GIL.
+class InUse {
+ public:
+  explicit InUse(std::shared_ptr<Dispatcher> dispatcher) : dispatcher_(std::move(dispatcher)) {}
+  ~InUse() {
+    without_gil([&] { dispatcher_.reset(); });
+  }
+  Dispatcher& operator*() const { return *dispatcher_; }
+
+ private:
+  std::shared_ptr<Dispatcher> dispatcher_;
+};
+
+class PyDispatcher {
+ public:
+  PyDispatcher(py::object on_failure, double stall_after, unsigned batch) {
+    Dispatcher::Options options;
+    options.batch = batch;
+    options.stall_after = seconds(stall_after, "stall_after");
+    if (!on_failure.is_none()) {
+      Callable sink(std::move(on_failure), "on_failure");
+      options.on_failure = [sink](const Failure& failure) {
+        try {
+          sink(std::string(to_string(failure.kind)), describe(failure));
+        } catch (const std::exception& e) {
+          // A sink that raises: what ibev does with a C++ sink that throws.
+          send_to({}, Failure::handler_threw("on_failure", e.what()));
+        }
+      };
+    }
+    dispatcher_ = std::make_shared<Dispatcher>(std::move(options));
+  }
+  ~PyDispatcher() { close(); }
+
+  // Under the GIL: the Dispatcher for a call, or ValueError once closed.
+  InUse use() const {
+    if (!dispatcher_) throw py::value_error("the Dispatcher is closed");
+    return InUse(dispatcher_);
+  }
+  bool closed() const { return !dispatcher_; }
+
+  std::shared_ptr<ClientsSlot> add_clients() {
+    auto slot = std::make_shared<ClientsSlot>();
+    {
+      InUse dispatcher = use();
+      auto clients = without_gil([&] { return std::make_unique<DeviceClients>(*dispatcher); });
+      if (closed()) {  // closed meanwhile: the clients must not outlive it
+        without_gil([&] { clients.reset(); });
+        throw py::value_error("the Dispatcher is closed");
+      }
+      slot->clients = std::move(clients);
+    }
+    // Slots whose clients were closed are dropped as new ones come.
+    clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
+                                  [](const auto& s) { return s.use_count() == 1; }),
+                   clients_.end());
+    clients_.push_back(slot);
+    return slot;
+  }
+  void close() {
+    std::vector<std::shared_ptr<ClientsSlot>> clients = std::move(clients_);
+    std::shared_ptr<Dispatcher> ending = std::move(dispatcher_);
+    without_gil([&] {
+      for (const auto& slot : clients) slot->end();
+      ending.reset();  // the last reference, unless a call on another thread still runs
+    });
+  }
+
+ private:
+  std::shared_ptr<Dispatcher> dispatcher_;
+  std::vector<std::shared_ptr<ClientsSlot>> clients_;  // touched under the GIL
+};
+
+// A Dispatcher argument kept as the Python object (a Device remembers it):
+// checked here, as pybind11 checks a typed one, with a TypeError.
+inline PyDispatcher& dispatcher_of(const py::object& dispatcher, const char* who) {
+  if (!py::isinstance<PyDispatcher>(dispatcher)) {
+    throw py::type_error(std::string(who) + " needs a Dispatcher, not " +
+                         py::str(py::type::of(dispatcher).attr("__name__")).cast<std::string>());
+  }
+  return dispatcher.cast<PyDispatcher&>();
+}
+
+class PyHandle {
+ public:
+  explicit PyHandle(Handle handle) : handle_(std::move(handle)) {}
+  ~PyHandle() { release(); }
+  void release() {
+    Handle ending = std::move(handle_);
+    without_gil([&] { ending.release(); });
+  }
+  bool active() const { return handle_.active(); }
+
+ private:
+  Handle handle_;
+};
+
+// One reference to a C++ object that may wait for handlers when it goes:
+// dropped (and closed) without the GIL.
+template <typename T>
+class Shared {
+ public:
+  explicit Shared(std::shared_ptr<T> ref) : ref_(std::move(ref)) {}
+  virtual ~Shared() {
+    std::shared_ptr<T> ending = std::move(ref_);
+    without_gil([&] { ending.reset(); });
+  }
+  T& operator*() const { return *ref_; }
+  const std::shared_ptr<T>& ref() const { return ref_; }
+  void close() {
+    without_gil([&] { ref_->close(); });
+  }
+
+ private:
+  std::shared_ptr<T> ref_;
+};
+
+// A Device remembers the Python Dispatcher it was opened on, for the waits
+// made on it (Device.next_event).
+struct PyDevice : Shared<Device> {
+  PyDevice(std::shared_ptr<Device> device, py::object dispatcher)
+      : Shared(std::move(device)), dispatcher(std::move(dispatcher)) {}
+  py::object dispatcher;
+};
+using PyProtectionDomain = Shared<ProtectionDomain>;
+using PyCompletionQueue = Shared<CompletionQueue>;
+using PySharedReceiveQueue = Shared<SharedReceiveQueue>;
+using PyQueuePair = Shared<QueuePair>;
+
+// The rdma-core object of a Python wrapper, or OSError(ENODEV) once closed.
+template <typename T>
+auto* open_object(const Shared<T>& object, const std::string& what) {
+  auto* raw = (*object).get();
+  if (raw == nullptr) throw_system_error(what + " is closed", ENODEV);
+  return raw;
+}
+
+// An object of another Dispatcher's device would never hear what this one
+// sends or serves: refused.
+inline void require_served_by(Dispatcher& dispatcher, const Registry& registry, const char* who) {
+  if (&dispatcher.registry() != &registry) {
+    throw py::value_error(std::string(who) + ": its device was opened on another Dispatcher");
+  }
+}
+
+}  // namespace ibev::python
+
+#endif  // IBEV_PYTHON_OBJECTS_H_

@@ -54,13 +54,22 @@ HealthCore::HealthCore(Dispatcher& events, HealthHandler handler,
 
 // --- The core ---
 
-bool HealthCore::cause_locked(HealthCause cause) {
-  std::optional<HealthChange> change = health.cause(std::move(cause));
-  if (change) changed(std::move(*change));
-  return change.has_value();
+void HealthCore::assert_dispatching() const noexcept {
+#ifndef NDEBUG
+  if (auto events = dispatcher.lock()) IBEV_ASSERT_DISPATCHING(*events);
+#endif
 }
 
-void HealthCore::changed(HealthChange change, bool by_attempt) {
+bool HealthCore::cause_locked(HealthCause cause) {
+  std::optional<HealthChange> change = health.cause(std::move(cause));
+  const bool moved = change.has_value();
+  changed(std::move(change));
+  return moved;
+}
+
+void HealthCore::changed(std::optional<HealthChange> made, bool by_attempt) {
+  if (!made) return;
+  HealthChange& change = *made;
   std::uint64_t at = 0;
   if (ladder) at = ladder->changed(change.to, Clock::now(), by_attempt);
   if (change.to == ConnectionState::kUp || change.to == ConnectionState::kFailed) {
@@ -85,7 +94,7 @@ std::optional<HealthChange> HealthCore::went_up() {
 // deadlines' timers are released already).
 void HealthCore::stop() noexcept {
   {
-    std::lock_guard<std::mutex> lock(mutex);
+    MutexLock lock(mutex);
     stopped = true;
     if (ladder) ladder->close();
   }
@@ -103,9 +112,7 @@ void HealthCore::tell(HealthChange change) {
 }
 
 Failure HealthCore::fail_for_good(const std::string& why) {
-  if (auto change = health.fail(HealthCause{HealthSource::kRecovery, 0, 0, why})) {
-    changed(std::move(*change));
-  }
+  changed(health.fail(HealthCause{HealthSource::kRecovery, 0, 0, why}));
   Failure failure;
   failure.kind = Failure::Kind::kConnectionFailed;
   failure.verb = "ConnectionHealth recovery";
@@ -121,7 +128,7 @@ Failure HealthCore::fail_for_good(const std::string& why) {
 }
 
 std::shared_ptr<QueuePair> HealthCore::current_qp() {
-  std::lock_guard<std::mutex> lock(mutex);
+  MutexLock lock(mutex);
   return qp;
 }
 
@@ -158,13 +165,13 @@ std::vector<Handle> HealthCore::run_on(std::shared_ptr<QueuePair> connection, st
 }
 
 void HealthCore::hear(const Event& event, const std::weak_ptr<QueuePair>& heard_qp) {
+  assert_dispatching();
   const auto open = heard_qp.lock();
   if (!open || open->get() == nullptr) return;
-  const auto counts = [&] { return open == (incoming ? incoming : qp); };  // under the lock
   if (event.code() == IBV_EVENT_PORT_ACTIVE) {
     {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!counts()) return;
+      MutexLock lock(mutex);
+      if (open != (incoming ? incoming : qp)) return;
     }
     return recovery.climb({RecoveryInput::Kind::kPortActive}, "PORT_ACTIVE");
   }
@@ -172,8 +179,8 @@ void HealthCore::hear(const Event& event, const std::weak_ptr<QueuePair>& heard_
   if (!cause) return;
   std::optional<Failure> failed;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!counts()) return;
+    MutexLock lock(mutex);
+    if (open != (incoming ? incoming : qp)) return;
     const bool fatal = event.code() == IBV_EVENT_DEVICE_FATAL;
     if (fatal) device_gone = true;
     cause_locked(std::move(*cause));
@@ -262,35 +269,39 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::make(Dispatcher& dispatcher,
   }
   auto shared = std::make_shared<detail::HealthCore>(dispatcher, std::move(on_change), options);
   auto health = std::make_shared<ConnectionHealth>(Token{}, shared);
+  const auto keep = [&health](Handle handle) {
+    detail::MutexLock lock(health->close_mutex_);
+    health->heard_.push_back(std::move(handle));
+  };
   // Released last of these: a reconnect call running is waited for after
   // nothing else can start one.
   if (shared->recovery.reconnecter) {
-    health->heard_.push_back(detail::subscription(
+    keep(detail::subscription(
         shared->recovery.reconnecter,
         [process = detail::OwningProcess{}](const auto*) { return !process.inherited(); }));
   }
+  const bool made = qp == nullptr;  // by its recovery: the first attempt, at once
   if (qp) {
     // The listeners hold the state weakly: it goes with the ConnectionHealth.
     auto heard = shared->wire(qp, facts->port);
-    std::lock_guard<std::mutex> lock(shared->mutex);
+    detail::MutexLock lock(shared->mutex);
     shared->run_on(std::move(qp), facts->port, facts->signal_all, std::move(heard));
   }
   if (keepalive.interval.count() > 0) {
-    health->heard_.push_back(dispatcher.call_every(
+    keep(dispatcher.call_every(
         keepalive.interval, [weak = std::weak_ptr<detail::HealthCore>(shared)] {
           if (auto state = weak.lock()) state->liveness.tick();
         }));
   }
   if (options.deadline.count() > 0) {
-    health->heard_.push_back(
+    keep(
         dispatcher.call_every(std::max(options.deadline / 4, std::chrono::milliseconds(1)),
                               [weak = std::weak_ptr<detail::HealthCore>(shared)] {
                                 if (auto state = weak.lock()) state->liveness.check_deadline();
                               }));
   }
-  if (!shared->qp) {
-    std::lock_guard<std::mutex> lock(shared->mutex);
-    // The first attempt, at once.
+  if (made) {
+    detail::MutexLock lock(shared->mutex);
     shared->recovery.post_supervise(shared->ladder->first_attempt(),
                                     RecoveryInput::Kind::kWentDown);
   }
@@ -323,12 +334,12 @@ ConnectionHealth::ConnectionHealth(Token, std::shared_ptr<detail::HealthCore> sh
 ConnectionHealth::~ConnectionHealth() { close(); }
 
 ConnectionState ConnectionHealth::state() const {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
+  detail::MutexLock lock(shared_->mutex);
   return shared_->health.state();
 }
 
 std::vector<HealthCause> ConnectionHealth::causes() const {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
+  detail::MutexLock lock(shared_->mutex);
   return shared_->health.causes();
 }
 
@@ -339,33 +350,36 @@ void ConnectionHealth::post_send(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
 }
 
 void ConnectionHealth::cause(HealthCause cause) {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
+  detail::MutexLock lock(shared_->mutex);
   shared_->cause_locked(std::move(cause));
 }
 
 void ConnectionHealth::recovering() {
-  shared_->apply([](HealthState& health) { return health.recovering(); });
+  detail::MutexLock lock(shared_->mutex);
+  shared_->changed(shared_->health.recovering());
 }
 
 void ConnectionHealth::up() {
   bool came_up = false;
-  shared_->apply([&came_up, shared = shared_.get()](HealthState&) {
-    auto change = shared->went_up();
+  {
+    detail::MutexLock lock(shared_->mutex);
+    auto change = shared_->went_up();
     came_up = change.has_value();
-    return change;
-  });
+    shared_->changed(std::move(change));
+  }
   if (came_up) shared_->liveness.let_go_of_probe();
 }
 
 std::shared_ptr<QueuePair> ConnectionHealth::queue_pair() const { return shared_->current_qp(); }
 
 KeepaliveStats ConnectionHealth::keepalive_stats() const {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
+  detail::MutexLock lock(shared_->mutex);
   return shared_->liveness.stats();
 }
 
 void ConnectionHealth::fail(HealthCause cause) {
-  shared_->apply([&](HealthState& health) { return health.fail(std::move(cause)); });
+  detail::MutexLock lock(shared_->mutex);
+  shared_->changed(shared_->health.fail(std::move(cause)));
 }
 
 // The listeners first, so no cause arrives after; then the handler, waited
@@ -377,14 +391,12 @@ void ConnectionHealth::close() noexcept {
     // A forked child's copy: its handles are inert here, and its locks, its
     // handler's guard and its Dispatcher are as the parent's threads left
     // them at the fork: nothing of them is taken or waited for.
-    for (Handle& handle : heard_) handle.release();
-    told_.release();
-    return;
+    return release_inherited();
   }
   std::vector<Handle> heard;
   Handle told;
   {
-    std::lock_guard<std::mutex> lock(close_mutex_);
+    detail::MutexLock lock(close_mutex_);
     heard.swap(heard_);
     told = std::move(told_);
   }
@@ -400,13 +412,18 @@ void ConnectionHealth::close() noexcept {
   std::vector<Handle> listeners;  // the QP's events', the last a replace made included
   std::shared_ptr<QueuePair> qp;  // let go, as close() promises
   {
-    std::lock_guard<std::mutex> lock(shared_->mutex);
+    detail::MutexLock lock(shared_->mutex);
     listeners.swap(shared_->listeners);
     qp.swap(shared_->qp);
   }
   for (Handle& handle : listeners) handle.release();
   for (auto it = heard.rbegin(); it != heard.rend(); ++it) it->release();
   told.release();
+}
+
+void ConnectionHealth::release_inherited() noexcept {
+  for (Handle& handle : heard_) handle.release();
+  told_.release();
 }
 
 void ConnectionHealth::retry_now() {

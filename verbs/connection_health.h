@@ -110,6 +110,7 @@
 #include <ibev/core/handle.h>
 #include <ibev/core/health.h>
 #include <ibev/core/recovery.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/rc_endpoint.h>
 
@@ -284,14 +285,18 @@ class ConnectionHealth {
   explicit ConnectionHealth(Token, std::shared_ptr<detail::HealthCore> shared);
 
  private:
+  // A forked child's close(): its handles are inert, and the parent's
+  // threads may have left close_mutex_ held at the fork: not taken.
+  void release_inherited() noexcept IBEV_NO_THREAD_SAFETY_ANALYSIS;
   static std::shared_ptr<ConnectionHealth> make(Dispatcher& dispatcher,
                                                 std::shared_ptr<QueuePair> qp,
                                                 HealthHandler on_change, Options options);
 
   const std::shared_ptr<detail::HealthCore> shared_;  // holds the QP
-  std::mutex close_mutex_;     // around taking the handles below
-  std::vector<Handle> heard_;  // the reconnect callback; the keepalive's and deadlines' timers
-  Handle told_;                // the application's handler
+  detail::Mutex close_mutex_;
+  // The reconnect callback; the keepalive's and deadlines' timers.
+  std::vector<Handle> heard_ IBEV_GUARDED_BY(close_mutex_);
+  Handle told_ IBEV_GUARDED_BY(close_mutex_);  // the application's handler
 };
 
 }  // namespace ibev

@@ -28,11 +28,12 @@ namespace detail {
 // leaves up to an interval after the peer went, which would stretch the
 // bound to misses + 1 intervals), and not by ticks counted (a busy loop
 // runs late ticks once).
-void Liveness::tick() {
+void HealthCore::Liveness::tick() {
+  core_.assert_dispatching();
   const auto now = Clock::now();
   std::shared_ptr<QueuePair> connection;
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     if (core_.stopped || core_.health.state() != ConnectionState::kUp || !core_.qp_open()) return;
     if (probe_) {
       // Half an interval early still counts: ticks come a little late or a
@@ -54,7 +55,8 @@ void Liveness::tick() {
 // A zero-length RDMA write, signaled; its completion is taken (answered).
 // What fails is reported; nothing is out then, and the next tick tries
 // again.
-void Liveness::send_probe(Clock::time_point now, const std::shared_ptr<QueuePair>& connection) {
+void HealthCore::Liveness::send_probe(Clock::time_point now,
+                                      const std::shared_ptr<QueuePair>& connection) {
   Probe next;
   Dispatcher* cq_events = connection->send_cq()->served_by();
   if (cq_events == nullptr) return;
@@ -74,7 +76,7 @@ void Liveness::send_probe(Clock::time_point now, const std::shared_ptr<QueuePair
         Failure::verb_failed("ConnectionHealth keepalive", errno_of(e), e.what()));
     return;
   }
-  std::lock_guard<std::mutex> lock(core_.mutex);
+  MutexLock lock(core_.mutex);
   ++stats_.sent;
   if (!core_.stopped && !probe_ && core_.qp == connection) {
     // A probe that leaves late (a post that failed, a loop that stalled)
@@ -87,9 +89,9 @@ void Liveness::send_probe(Clock::time_point now, const std::shared_ptr<QueuePair
 
 // The probe's completion (on the CQ's thread). A late one, of a probe
 // given up on, was only taken.
-void Liveness::answered(std::uint64_t wr_id, const ibv_wc& wc) {
+void HealthCore::Liveness::answered(std::uint64_t wr_id, const ibv_wc& wc) {
   std::optional<Probe> done;
-  std::lock_guard<std::mutex> lock(core_.mutex);
+  MutexLock lock(core_.mutex);
   if (!probe_ || probe_->wr_id() != wr_id) return;
   ++stats_.answered;
   done = std::move(probe_);
@@ -105,37 +107,37 @@ void Liveness::answered(std::uint64_t wr_id, const ibv_wc& wc) {
 // interval x misses and kProbeGrace more, so that its completion never
 // reaches the CQ's handler, by a timer of its own that lets go of the probe
 // and itself when it fires.
-void Liveness::give_up(std::optional<Probe> out) noexcept {
+void HealthCore::Liveness::give_up(std::optional<Probe> out) noexcept {
   auto events = core_.dispatcher.lock();
   if (!out || !events) return;
   struct Grace {
-    std::mutex mutex;
-    std::optional<Probe> probe;
-    Handle timer;
-    bool fired = false;
+    explicit Grace(std::optional<Probe> out) : probe(std::move(out)) {}
+    Mutex mutex;
+    std::optional<Probe> probe IBEV_GUARDED_BY(mutex);
+    Handle timer IBEV_GUARDED_BY(mutex);
+    bool fired IBEV_GUARDED_BY(mutex) = false;
   };
   try {
-    auto grace = std::make_shared<Grace>();
-    grace->probe = std::move(out);
+    auto grace = std::make_shared<Grace>(std::move(out));
     Handle timer = events->call_after(keepalive.interval * keepalive.misses + kProbeGrace, [grace] {
       std::optional<Probe> probe;
       Handle timer;  // both released outside the lock; the timer from inside its task
-      std::lock_guard<std::mutex> lock(grace->mutex);
+      MutexLock lock(grace->mutex);
       grace->fired = true;
       std::swap(probe, grace->probe);
       std::swap(timer, grace->timer);
     });
-    std::lock_guard<std::mutex> lock(grace->mutex);
+    MutexLock lock(grace->mutex);
     if (!grace->fired) std::swap(grace->timer, timer);
   } catch (const std::exception&) {
     // No timer: the probe's completion, if it comes, reaches the handler.
   }
 }
 
-void Liveness::let_go_of_probe() noexcept {
+void HealthCore::Liveness::let_go_of_probe() noexcept {
   std::optional<Probe> out;
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     std::swap(out, probe_);
   }
   give_up(std::move(out));
@@ -143,19 +145,19 @@ void Liveness::let_go_of_probe() noexcept {
 
 // --- Deadlines: what post_tracked() posted, until its completion ---
 
-void Liveness::completion(const ibv_wc& wc) {
+void HealthCore::Liveness::completion(const ibv_wc& wc) {
   if (wc.qp_num != core_.qp_num.load(std::memory_order_relaxed)) return;
   auto cause = HealthCause::of_completion(wc);
   if (!cause && !tracking_.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lock(core_.mutex);
+  MutexLock lock(core_.mutex);
   if (wc.qp_num != core_.qp_num || !core_.qp_open()) return;
   retire(wc);
   if (cause) core_.cause_locked(std::move(*cause));
 }
 
-void Liveness::post_tracked(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
+void HealthCore::Liveness::post_tracked(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
   ibv_send_wr* bad = nullptr;
-  std::lock_guard<std::mutex> lock(core_.mutex);
+  MutexLock lock(core_.mutex);
   tracking_.store(true, std::memory_order_relaxed);
   const auto now = Clock::now();
   const std::size_t before = posted_.size();
@@ -187,7 +189,7 @@ void Liveness::post_tracked(ibv_send_wr& wr, ibv_send_wr** bad_wr) {
 // queue completes in order; unsignaled requests have no completion of their
 // own unless they fail); a request whose own completion is an error or a
 // flush was not delivered.
-void Liveness::retire(const ibv_wc& wc) {
+void HealthCore::Liveness::retire(const ibv_wc& wc) {
   const bool success = wc.status == IBV_WC_SUCCESS;
   if (success && (wc.opcode & IBV_WC_RECV) != 0) return;
   // A success is a signaled request's; an error may be any request's.
@@ -199,25 +201,28 @@ void Liveness::retire(const ibv_wc& wc) {
   posted_.erase(posted_.begin(), it + 1);
 }
 
-void Liveness::forget_requests() {
+void HealthCore::Liveness::forget_requests() {
+  core_.mutex.assert_held();
   posted_.clear();
   undelivered_.clear();
 }
 
-std::vector<std::uint64_t> Liveness::undelivered_now() {
+std::vector<std::uint64_t> HealthCore::Liveness::undelivered_now() {
+  core_.mutex.assert_held();
   for (const Posted& p : posted_) note_undelivered(p.wr_id);
   posted_.clear();
   return undelivered_;
 }
 
-void Liveness::note_undelivered(std::uint64_t wr_id) {
+void HealthCore::Liveness::note_undelivered(std::uint64_t wr_id) {
   if (undelivered_.size() < kMaxUndelivered) undelivered_.push_back(wr_id);
 }
 
 // While up, the oldest signaled request outstanding past its deadline is a
 // cause.
-void Liveness::check_deadline() {
-  std::lock_guard<std::mutex> lock(core_.mutex);
+void HealthCore::Liveness::check_deadline() {
+  core_.assert_dispatching();
+  MutexLock lock(core_.mutex);
   if (core_.stopped || core_.health.state() != ConnectionState::kUp || !core_.qp_open()) return;
   const auto oldest =
       std::find_if(posted_.begin(), posted_.end(), [](const Posted& p) { return p.signaled; });

@@ -25,7 +25,7 @@
 namespace ibev {
 namespace detail {
 
-RecoverySteps::RecoverySteps(HealthCore& core, ConnectionHealth::Options& options)
+HealthCore::RecoverySteps::RecoverySteps(HealthCore& core, ConnectionHealth::Options& options)
     : mode(options.recovery.mode),
       connect_options(options.recovery.connect),
       give_up_after(options.recovery.policy.give_up_after),
@@ -36,7 +36,8 @@ RecoverySteps::RecoverySteps(HealthCore& core, ConnectionHealth::Options& option
   }
 }
 
-void RecoverySteps::post_supervise(std::uint64_t at, RecoveryInput::Kind kind) {
+void HealthCore::RecoverySteps::post_supervise(std::uint64_t at, RecoveryInput::Kind kind) {
+  core_.mutex.assert_held();
   if (auto events = core_.dispatcher.lock()) {
     events->post([weak = core_.weak_from_this(), at, kind] {
       if (auto self = weak.lock()) self->recovery.supervise(at, kind);
@@ -49,11 +50,12 @@ void RecoverySteps::post_supervise(std::uint64_t at, RecoveryInput::Kind kind) {
 // it. A port that cannot be asked is taken as up: the attempt will say. A
 // QP on a device that is gone has no port to wait for (a QP replacing it
 // may be on another device); nor has a connection with no QP yet.
-void RecoverySteps::supervise(std::uint64_t at, RecoveryInput::Kind kind) {
+void HealthCore::RecoverySteps::supervise(std::uint64_t at, RecoveryInput::Kind kind) {
+  core_.assert_dispatching();
   std::shared_ptr<QueuePair> connection;
   std::uint8_t on_port = 1;
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     if (!core_.current(at)) return;
     if (!core_.device_gone) connection = core_.qp;
     on_port = core_.port;
@@ -68,11 +70,11 @@ void RecoverySteps::supervise(std::uint64_t at, RecoveryInput::Kind kind) {
   climb({kind, at, port_active});
 }
 
-void RecoverySteps::climb(const RecoveryInput& input, const std::string& why) {
+void HealthCore::RecoverySteps::climb(const RecoveryInput& input, const std::string& why) {
   RecoveryAction action;
   std::optional<Failure> failed;
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     if (!core_.ladder) return;
     action = core_.ladder->next(input, Clock::now());
     switch (action.kind) {
@@ -119,8 +121,8 @@ void RecoverySteps::climb(const RecoveryInput& input, const std::string& why) {
 // current; the one it replaces, or it if stale, released here. A timer that
 // cannot be made fails the connection (nothing else would retry).
 template <typename Task>
-void RecoverySteps::arm(Handle RecoverySteps::*slot, std::chrono::milliseconds delay,
-                        std::uint64_t at, Task task) {
+void HealthCore::RecoverySteps::arm(Handle HealthCore::RecoverySteps::*slot,
+                                    std::chrono::milliseconds delay, std::uint64_t at, Task task) {
   auto events = core_.dispatcher.lock();
   if (!events) return;
   Handle timer;
@@ -129,13 +131,13 @@ void RecoverySteps::arm(Handle RecoverySteps::*slot, std::chrono::milliseconds d
   } catch (const std::exception& e) {
     std::optional<Failure> failed;
     {
-      std::lock_guard<std::mutex> lock(core_.mutex);
+      MutexLock lock(core_.mutex);
       if (core_.current(at)) failed = core_.fail_for_good(std::string("no timer: ") + e.what());
     }
     if (failed) core_.registry->report(*failed);
     return;
   }
-  std::lock_guard<std::mutex> lock(core_.mutex);
+  MutexLock lock(core_.mutex);
   if (core_.current(at)) std::swap(this->*slot, timer);
 }  // `timer` (the old one, or the stale new one) released here, after the lock
 
@@ -144,10 +146,10 @@ void RecoverySteps::arm(Handle RecoverySteps::*slot, std::chrono::milliseconds d
 // before this one reset it and failed) holds nothing to drain; a QP to be
 // replaced on a device that is gone, or none, cannot drain (nothing posted
 // on it was delivered), and one whose drain fails is replaced all the same.
-void RecoverySteps::drain(std::uint64_t at) {
+void HealthCore::RecoverySteps::drain(std::uint64_t at) {
   std::shared_ptr<QueuePair> connection;
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     if (!core_.current(at)) return;
     connection = core_.qp;
     if (mode == Mode::kReconnect && (!core_.qp_open() || core_.device_gone)) connection.reset();
@@ -182,7 +184,7 @@ void RecoverySteps::drain(std::uint64_t at) {
 
 // Drained: in place the QP reset with a fresh PSN; then recovering, then
 // the application's reconnect with the attempt.
-void RecoverySteps::reconnect(std::uint64_t at) {
+void HealthCore::RecoverySteps::reconnect(std::uint64_t at) {
   auto made = std::make_shared<Attempt>();
   made->qp = core_.current_qp();
   if (!still(at)) {
@@ -200,7 +202,7 @@ void RecoverySteps::reconnect(std::uint64_t at) {
     }
   }
   made->health = core_.weak_from_this();
-  std::lock_guard<std::mutex> lock(core_.mutex);
+  MutexLock lock(core_.mutex);
   if (!core_.current(at)) {
     made->settled = true;  // nothing to report: what made it stale is told
     return;
@@ -209,7 +211,7 @@ void RecoverySteps::reconnect(std::uint64_t at) {
   const auto& causes = core_.health.causes();
   made->cause = causes.empty() ? HealthCause{} : causes.front();
   made->undelivered = core_.liveness.undelivered_now();
-  if (auto change = core_.health.recovering()) core_.changed(std::move(*change));
+  core_.changed(core_.health.recovering());
   made->step = core_.ladder->step();
   // Posted after the change, so the handler hears recovering first.
   auto events = core_.dispatcher.lock();
@@ -227,8 +229,8 @@ void RecoverySteps::reconnect(std::uint64_t at) {
 // An attempt failed: a cause. Recovering goes down (changed() supervises);
 // failed before it came to recovering (the drain, the reset), the state is
 // down already, and the ladder is told so here.
-void RecoverySteps::attempt_failed(std::uint64_t at, const std::string& why, int code) {
-  std::lock_guard<std::mutex> lock(core_.mutex);
+void HealthCore::RecoverySteps::attempt_failed(std::uint64_t at, const std::string& why, int code) {
+  MutexLock lock(core_.mutex);
   if (!core_.current(at)) return;
   if (core_.cause_locked(
           HealthCause{HealthSource::kRecovery, code, 0,
@@ -240,11 +242,11 @@ void RecoverySteps::attempt_failed(std::uint64_t at, const std::string& why, int
 
 // RecoveryAttempt::connect succeeded: up, counted in the damping window (a
 // connection's first up is not a recovery).
-bool RecoverySteps::recovered(std::uint64_t at) {
+bool HealthCore::RecoverySteps::recovered(std::uint64_t at) {
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     if (!core_.current(at)) return false;
-    if (auto change = core_.went_up()) core_.changed(std::move(*change), true);
+    core_.changed(core_.went_up(), true);
   }
   core_.liveness.let_go_of_probe();
   return true;
@@ -253,10 +255,10 @@ bool RecoverySteps::recovered(std::uint64_t at) {
 // RecoveryAttempt::replace: `next` is the connection's QP, listened to
 // before it is (so that no event of it is missed; one heard before the swap
 // is a cause of the attempt, and the old QP's are no longer), and up.
-bool RecoverySteps::replaced(std::uint64_t at, std::shared_ptr<QueuePair> next,
-                             std::uint8_t on_port, bool signals_all) {
+bool HealthCore::RecoverySteps::replaced(std::uint64_t at, std::shared_ptr<QueuePair> next,
+                                         std::uint8_t on_port, bool signals_all) {
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     if (!core_.current(at)) return false;
     core_.incoming = next;
   }
@@ -264,32 +266,32 @@ bool RecoverySteps::replaced(std::uint64_t at, std::shared_ptr<QueuePair> next,
   try {
     heard = core_.wire(next, on_port);
   } catch (...) {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     if (core_.incoming == next) core_.incoming.reset();  // the old QP's events count again
     throw;
   }
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     if (core_.incoming == next) core_.incoming.reset();
     if (!core_.current(at)) return false;  // `heard` released after the lock
     heard = core_.run_on(std::move(next), on_port, signals_all, std::move(heard));
-    if (auto change = core_.went_up()) core_.changed(std::move(*change), true);
+    core_.changed(core_.went_up(), true);
   }
   heard.clear();  // the old QP's listeners, after the lock
   core_.liveness.let_go_of_probe();
   return true;
 }
 
-bool RecoverySteps::still(std::uint64_t at) {
-  std::lock_guard<std::mutex> lock(core_.mutex);
+bool HealthCore::RecoverySteps::still(std::uint64_t at) {
+  MutexLock lock(core_.mutex);
   return core_.current(at);
 }
 
 // No step after this (the ladder is closed): the timers go.
-void RecoverySteps::stop() noexcept {
+void HealthCore::RecoverySteps::stop() noexcept {
   Handle retry, overdue;
   {
-    std::lock_guard<std::mutex> lock(core_.mutex);
+    MutexLock lock(core_.mutex);
     std::swap(retry, retry_timer_);
     std::swap(overdue, give_up_timer_);
   }

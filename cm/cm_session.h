@@ -26,7 +26,11 @@
 // (answered with a disconnect, as rping does), DEVICE_REMOVAL (the id is
 // closed there, so the device can go), REJECTED, UNREACHABLE, CONNECT_ERROR,
 // TIMEWAIT_EXIT; during an attempt these and ADDR_ERROR / ROUTE_ERROR fail
-// the attempt. Each attempt asks the application for its QP (MakeQp): the
+// the attempt. A peer that goes while its side has not yet seen the
+// connection established (between REP and RTU: its id destroyed before the
+// RTU reached it) rejects the RTU: the session, up on its side, goes down
+// once with REJECTED (consumer defined, status 28) where it would otherwise
+// hear DISCONNECTED; either is the peer gone, and recovery follows alike. Each attempt asks the application for its QP (MakeQp): the
 // QP of that attempt's device, receives posted; the requests the last QP
 // did not deliver are the attempt's undelivered(), to send again or not.
 //

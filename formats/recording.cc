@@ -1,5 +1,5 @@
-// The recording format (core/recording.h): written and read in this one file.
-#include <ibev/core/recording.h>
+// The recording format (formats/recording.h): written and read in this one file.
+#include <ibev/formats/recording.h>
 
 #include <charconv>
 #include <cstdint>

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -146,15 +148,27 @@ ibev_event to_c(const ibev::Event& event) noexcept {
 }
 
 // The C enums mirror the C++ ones value for value: a cast between them is
-// the conversion.
+// the conversion. ibev_element_kind, in ibev::kElementKinds' order: a kind
+// added there does not compile until ibev_c.h has its enumerator and this
+// list has it too.
+constexpr ibev_element_kind kCElementKinds[] = {IBEV_ELEMENT_CQ,  IBEV_ELEMENT_QP,
+                                                IBEV_ELEMENT_SRQ, IBEV_ELEMENT_WQ,
+                                                IBEV_ELEMENT_PORT, IBEV_ELEMENT_DEVICE};
+static_assert(std::size(kCElementKinds) == ibev::kElementKinds.size(),
+              "ibev_element_kind has one enumerator per ibev::ElementKind");
+constexpr bool c_element_kinds_mirror() {
+  for (std::size_t i = 0; i < ibev::kElementKinds.size(); ++i) {
+    if (static_cast<int>(kCElementKinds[i]) != static_cast<int>(ibev::kElementKinds[i].kind)) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(c_element_kinds_mirror(), "ibev_element_kind mirrors ibev::ElementKind");
+
+// The others, enumerator by enumerator.
 #define IBEV_C_MIRRORS(c_value, cpp_value) \
   static_assert(static_cast<int>(c_value) == static_cast<int>(cpp_value), #c_value)
-IBEV_C_MIRRORS(IBEV_ELEMENT_CQ, ibev::ElementKind::kCq);
-IBEV_C_MIRRORS(IBEV_ELEMENT_QP, ibev::ElementKind::kQp);
-IBEV_C_MIRRORS(IBEV_ELEMENT_SRQ, ibev::ElementKind::kSrq);
-IBEV_C_MIRRORS(IBEV_ELEMENT_WQ, ibev::ElementKind::kWq);
-IBEV_C_MIRRORS(IBEV_ELEMENT_PORT, ibev::ElementKind::kPort);
-IBEV_C_MIRRORS(IBEV_ELEMENT_DEVICE, ibev::ElementKind::kDevice);
 IBEV_C_MIRRORS(IBEV_SEVERITY_FATAL, ibev::Severity::kFatal);
 IBEV_C_MIRRORS(IBEV_SEVERITY_ERROR, ibev::Severity::kError);
 IBEV_C_MIRRORS(IBEV_SEVERITY_INFORMATIONAL, ibev::Severity::kInformational);
@@ -240,7 +254,8 @@ ibev::FailureSink failure_sink(ibev_failure_fn sink, void* context) {
 
 ibev::WaitTarget wait_target(const ibev_element_kind& kind, void* target) {
   if (target == nullptr) throw std::invalid_argument("target is NULL");
-  switch (enum_in_range<ibev_element_kind>(kind, IBEV_ELEMENT_DEVICE, "kind")) {
+  switch (enum_in_range<ibev_element_kind>(kind, static_cast<int>(std::size(kCElementKinds)) - 1,
+                                           "kind")) {
     case IBEV_ELEMENT_CQ:
       return static_cast<ibv_cq*>(target);
     case IBEV_ELEMENT_QP:

@@ -61,8 +61,9 @@ std::optional<std::uint64_t> id_of(const std::vector<std::uint8_t>& data) {
 
 // One session's CM side: the id of the current attempt (or connection),
 // the attempt in progress, and (passive) a peer's request waiting for one.
-// `tries` counts attempts: a step made for an earlier one (a late event, a
-// timer) finds it moved on and does nothing.
+// A step names its attempt by the recovery's step (RecoveryAttempt::step,
+// the health's one staleness token): made for an attempt no longer in
+// progress (a late event, a timer), it does nothing.
 struct CmLink : std::enable_shared_from_this<CmLink> {
   enum class Role { kActive, kPassive };
 
@@ -84,7 +85,7 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (closed) return;  // dropped: abandoned, and stale anyway
-      at = ++tries;
+      at = next.step();
       in_progress = next;
       std::swap(old, current);
       if (role == Role::kPassive) {
@@ -132,7 +133,7 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
       if (auto self = weak.lock()) self->timed_out(at);
     });
     std::lock_guard<std::mutex> lock(mutex);
-    if (closed || at != tries) return false;
+    if (!attempting(at)) return false;
     current = next;
     std::swap(timer, connect_timer);
     return true;
@@ -146,7 +147,7 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
     std::optional<RecoveryAttempt> attempt;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (closed || at != tries || !in_progress) return;
+      if (!attempting(at)) return;
       attempt = in_progress;
     }
     fail(at, *attempt, "not ESTABLISHED in " + std::to_string(connect_timeout.count()) + " ms");
@@ -163,7 +164,7 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
   void settled(std::uint64_t at) noexcept {
     Handle timer;
     std::lock_guard<std::mutex> lock(mutex);
-    if (at != tries) return;
+    if (!attempting(at)) return;
     in_progress.reset();
     std::swap(timer, connect_timer);
   }  // released after the lock
@@ -204,8 +205,8 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
         std::swap(gone, waiting);
       } else if (current && current.get() == event.id) {
         on = current;
-        at = tries;
         attempt = in_progress;
+        if (attempt) at = attempt->step();
         told = health.lock();
       }
     }
@@ -311,8 +312,8 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (closed) return;  // `request` dropped: rejected
-      at = tries;
       attempt = in_progress;
+      at = attempt ? attempt->step() : 0;
       accepting = current != nullptr;
       told = health.lock();
     }
@@ -359,7 +360,6 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
       std::lock_guard<std::mutex> lock(mutex);
       if (closed) return;
       closed = true;
-      ++tries;
       ids.push_back(std::move(current));
       ids.push_back(std::move(waiting));
       in_progress.reset();
@@ -368,6 +368,9 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
     for (auto& on : ids) hang_up(on);
     if (on_close) on_close();
   }
+
+  // Under the lock: attempt `at` is the one in progress.
+  bool attempting(std::uint64_t at) const { return !closed && in_progress && in_progress->step() == at; }
 
   bool owns(const CmId* on) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -389,7 +392,6 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
   std::mutex mutex;
   std::weak_ptr<ConnectionHealth> health;  // set once, before the first attempt can be up
   bool closed = false;
-  std::uint64_t tries = 0;
   std::optional<RecoveryAttempt> in_progress;
   std::shared_ptr<CmId> current;   // the attempt's id, or the connection's
   std::shared_ptr<CmId> waiting;   // passive: a request no attempt took yet

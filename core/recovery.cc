@@ -80,4 +80,176 @@ std::chrono::milliseconds RecoverySchedule::next_delay() {
   return std::chrono::milliseconds(base - cut);
 }
 
+std::string_view to_string(RecoveryAction::Kind kind) noexcept {
+  using Kind = RecoveryAction::Kind;
+  switch (kind) {
+    case Kind::kNothing:
+      return "nothing";
+    case Kind::kWait:
+      return "wait";
+    case Kind::kDrain:
+      return "drain";
+    case Kind::kReset:
+      return "reset";
+    case Kind::kReconnect:
+      return "reconnect";
+    case Kind::kAbort:
+      return "abort";
+    case Kind::kFail:
+      return "fail";
+  }
+  return "unknown";
+}
+
+RecoveryLadder::RecoveryLadder(RecoveryPolicy policy, std::uint64_t seed, Mode mode, bool was_up)
+    : schedule_(std::move(policy), seed), mode_(mode), ever_up_(was_up) {}
+
+std::uint64_t RecoveryLadder::changed(ConnectionState to, Clock::time_point now, bool by_attempt) {
+  ++step_;
+  switch (to) {
+    case ConnectionState::kUp:
+      if (by_attempt && ever_up_) schedule_.recovered(now);
+      schedule_.ended();  // an up the application made ends the outage uncounted
+      ever_up_ = true;
+      phase_ = Phase::kIdle;
+      break;
+    case ConnectionState::kFailed:
+      schedule_.ended();
+      phase_ = Phase::kIdle;
+      break;
+    case ConnectionState::kDown:
+      phase_ = Phase::kDown;
+      break;
+    case ConnectionState::kRecovering:
+      phase_ = Phase::kConnecting;
+      break;
+  }
+  if (phase_ == Phase::kIdle) {
+    soon_ = false;
+    pending_.reset();
+  }
+  return step_;
+}
+
+std::uint64_t RecoveryLadder::failed_early() {
+  phase_ = Phase::kDown;
+  return ++step_;
+}
+
+std::uint64_t RecoveryLadder::first_attempt() {
+  phase_ = Phase::kDown;
+  soon_ = true;
+  return ++step_;
+}
+
+void RecoveryLadder::close() noexcept {
+  closed_ = true;
+  ++step_;
+  phase_ = Phase::kIdle;
+  schedule_.ended();
+}
+
+RecoveryAction RecoveryLadder::act(RecoveryAction::Kind kind) const {
+  RecoveryAction action;
+  action.kind = kind;
+  action.step = step_;
+  return action;
+}
+
+RecoveryAction RecoveryLadder::next(const RecoveryInput& input, Clock::time_point now) {
+  using In = RecoveryInput::Kind;
+  using Do = RecoveryAction::Kind;
+  if (closed_) return {};
+  switch (input.kind) {
+    // Down: wait for the next attempt (for the port first, if it is down),
+    // or give up (damped, or the outage has lasted give_up_after).
+    case In::kWentDown:
+    case In::kAttemptFailed: {
+      if (!current(input.step) || phase_ != Phase::kDown) return {};
+      const bool began = input.kind == In::kWentDown;
+      const RecoveryDecision decision =
+          began ? schedule_.went_down(now) : schedule_.attempt_failed(now);
+      const bool at_once = soon_;
+      soon_ = false;
+      if (!decision.delay) {
+        phase_ = Phase::kIdle;
+        RecoveryAction fail = act(Do::kFail);
+        fail.why = decision.why;
+        return fail;
+      }
+      RecoveryAction wait = act(Do::kWait);
+      wait.outage_began = began;
+      if (!input.port_active) {
+        phase_ = Phase::kWaitingPort;
+        pending_ = decision.delay;
+        // A QP to be replaced may be replaced on another port or device.
+        if (mode_ == Mode::kReconnect) wait.delay = schedule_.policy().max_delay;
+        return wait;
+      }
+      phase_ = Phase::kWaiting;
+      wait.delay = at_once ? std::chrono::milliseconds(0) : *decision.delay;
+      return wait;
+    }
+    // The wait is over: the attempt begins with the drain.
+    case In::kWaited:
+      if (!current(input.step) || (phase_ != Phase::kWaiting && phase_ != Phase::kWaitingPort)) {
+        return {};
+      }
+      phase_ = Phase::kDraining;
+      pending_.reset();
+      return act(Do::kDrain);
+    // Drained: the QP reset (in place) or handed over, and the application's turn.
+    case In::kDrained:
+      if (!current(input.step) || phase_ != Phase::kDraining) return {};
+      phase_ = Phase::kConnecting;
+      return act(mode_ == Mode::kResetInPlace ? Do::kReset : Do::kReconnect);
+    // In place, a wait held for the port starts; a QP to be replaced: the
+    // way back is there now.
+    case In::kPortActive:
+      if (mode_ == Mode::kReconnect) return next({In::kRetryNow, 0, true}, now);
+      if (phase_ != Phase::kWaitingPort || !pending_) return {};
+      {
+        RecoveryAction wait = act(Do::kWait);
+        wait.delay = pending_;
+        pending_.reset();
+        phase_ = Phase::kWaiting;
+        return wait;
+      }
+    // The way back came: a wait ends now; an attempt under way since before
+    // is into a dead link (it fails, and the next starts at once).
+    case In::kRetryNow:
+      switch (phase_) {
+        case Phase::kDown:
+          soon_ = true;  // supervision to come waits for nothing
+          return {};
+        case Phase::kWaiting:
+        case Phase::kWaitingPort: {
+          pending_.reset();
+          phase_ = Phase::kWaiting;
+          RecoveryAction wait = act(Do::kWait);
+          wait.delay = std::chrono::milliseconds(0);
+          return wait;
+        }
+        case Phase::kConnecting:
+          soon_ = true;
+          return act(Do::kAbort);
+        case Phase::kIdle:
+        case Phase::kDraining:
+          return {};
+      }
+      return {};
+    // The outage's time is up, if it still goes on.
+    case In::kOverdue:
+      if (phase_ == Phase::kIdle) return {};
+      if (auto why = schedule_.overdue(now)) {
+        phase_ = Phase::kIdle;
+        RecoveryAction fail = act(Do::kFail);
+        fail.why = std::move(*why);
+        return fail;
+      }
+      return {};
+  }
+  return {};
+}
+
 }  // namespace ibev

@@ -116,7 +116,7 @@
 namespace ibev {
 
 namespace detail {
-struct HealthShared;  // connection_health.cc
+struct HealthCore;  // health_core.h
 struct Attempt;
 }  // namespace detail
 
@@ -136,6 +136,9 @@ class RecoveryAttempt {
 
   // 1 for an outage's first attempt.
   unsigned number() const noexcept;
+  // The recovery's step this attempt was made at (core/recovery.h): a later
+  // attempt of the same connection has a larger one.
+  std::uint64_t step() const noexcept;
   // What the outage began with.
   const HealthCause& cause() const noexcept;
   // The wr_ids posted through ConnectionHealth::post_send() and not
@@ -205,7 +208,7 @@ class ConnectionHealth {
       // is not kept (its peer is gone, its device removed): an attempt
       // brings a new one, connected (RecoveryAttempt::replace), as a
       // connection through the CM does (cm/cm_session.h).
-      enum class Mode { kResetInPlace, kReconnect };
+      using Mode = RecoveryLadder::Mode;
       Mode mode = Mode::kResetInPlace;
       RecoveryPolicy policy;
       // What an attempt connects with in place; its port and GID index
@@ -278,14 +281,14 @@ class ConnectionHealth {
   struct Token {};
 
  public:
-  explicit ConnectionHealth(Token, std::shared_ptr<detail::HealthShared> shared);
+  explicit ConnectionHealth(Token, std::shared_ptr<detail::HealthCore> shared);
 
  private:
   static std::shared_ptr<ConnectionHealth> make(Dispatcher& dispatcher,
                                                 std::shared_ptr<QueuePair> qp,
                                                 HealthHandler on_change, Options options);
 
-  const std::shared_ptr<detail::HealthShared> shared_;  // holds the QP
+  const std::shared_ptr<detail::HealthCore> shared_;  // holds the QP
   std::mutex close_mutex_;     // around taking the handles below
   std::vector<Handle> heard_;  // the reconnect callback; the keepalive's and deadlines' timers
   Handle told_;                // the application's handler

@@ -431,7 +431,8 @@ BOOST_AUTO_TEST_CASE(a_handler_may_release_its_own_registration) {
 
 namespace {
 
-// A handler held inside its call until the test lets it go.
+// A handler held inside its call until the test lets it go (20 s at most,
+// so that a test that never does fails instead of hanging).
 struct Held {
   std::atomic<bool> entered{false};
   std::atomic<bool> go{false};
@@ -439,7 +440,9 @@ struct Held {
   static void handler(const ibev_event*, void* context) {
     auto* self = static_cast<Held*>(context);
     self->entered = true;
-    while (!self->go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    static_cast<void>(ibev::testing::eventually([self] { return self->go.load(); },
+                                                std::chrono::seconds(20),
+                                                std::chrono::milliseconds(1)));
     self->returned = true;
   }
 };
@@ -466,8 +469,9 @@ BOOST_AUTO_TEST_CASE(a_release_on_another_thread_returns_after_the_running_handl
   });
   // The release waits while the handler runs; the handler is not let go
   // before the release had time to return wrongly.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  BOOST_TEST(!released.load());
+  BOOST_TEST(ibev::testing::stays_false_for(
+      [&] { return released.load(); }, std::chrono::milliseconds(100),
+      "a release that did not wait for the running handler returns within microseconds"));
   held.go = true;
   releasing.join();
   BOOST_TEST(handler_done_at_release);

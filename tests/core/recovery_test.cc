@@ -3,6 +3,8 @@
 // shortens it, within its share; the damping window fails the down after
 // max_recoveries recoveries and forgets recoveries older than the window; an
 // outage gives up after give_up_after; a bad policy is refused by name.
+// The ladder (RecoveryLadder) turns what happened into one action each,
+// stamped with its step: every rung of an outage, replayed without threads.
 #define BOOST_TEST_MODULE ibev_recovery
 #include <ibev/core/recovery.h>
 
@@ -17,7 +19,11 @@
 #include <string>
 #include <vector>
 
+using ibev::ConnectionState;
+using ibev::RecoveryAction;
 using ibev::RecoveryDecision;
+using ibev::RecoveryInput;
+using ibev::RecoveryLadder;
 using ibev::RecoveryPolicy;
 using ibev::RecoverySchedule;
 using namespace std::chrono_literals;
@@ -192,6 +198,164 @@ BOOST_DATA_TEST_CASE(a_bad_policy_is_refused_by_name, bdata::make(kBad), bad) {
     BOOST_TEST(std::string(e.what()).find(bad.message) != std::string::npos, e.what());
     BOOST_TEST(std::string(e.what()).rfind("RecoveryPolicy: ", 0) == 0u, e.what());
   }
+}
+
+// --- The ladder ---
+
+namespace {
+
+using In = RecoveryInput::Kind;
+using Do = RecoveryAction::Kind;
+
+RecoveryLadder ladder(RecoveryLadder::Mode mode = RecoveryLadder::Mode::kResetInPlace,
+                      RecoveryPolicy policy = no_jitter()) {
+  return RecoveryLadder(policy, 1, mode, true);
+}
+
+// What the ladder said, as a test reads it: "wait 100", "drain", "fail: why".
+std::string said(const RecoveryAction& action) {
+  std::string out(ibev::to_string(action.kind));
+  if (action.kind == Do::kWait) {
+    out += action.delay ? " " + std::to_string(action.delay->count()) : std::string(" port");
+    if (action.outage_began) out += " timed";
+  }
+  if (action.kind == Do::kFail) out += ": " + action.why;
+  return out;
+}
+
+}  // namespace
+
+// One outage in place, top to bottom: down, wait, drain, reset, recovering,
+// up; the up counts in the damping window.
+BOOST_AUTO_TEST_CASE(an_outage_in_place_climbs_the_ladder) {
+  RecoveryLadder l = ladder();
+  const Clock::time_point t0;
+  const auto down = l.changed(ConnectionState::kDown, t0);
+  const RecoveryAction wait = l.next({In::kWentDown, down, true}, t0);
+  BOOST_TEST(said(wait) == "wait 100 timed");
+  BOOST_TEST(wait.step == down);
+  const RecoveryAction drain = l.next({In::kWaited, wait.step}, t0 + 100ms);
+  BOOST_TEST(said(drain) == "drain");
+  BOOST_TEST(said(l.next({In::kDrained, drain.step}, t0 + 110ms)) == "reset");
+  const auto recovering = l.changed(ConnectionState::kRecovering, t0 + 110ms);
+  BOOST_TEST(recovering > drain.step);
+  BOOST_TEST(l.attempt_number() == 1u);
+  l.changed(ConnectionState::kUp, t0 + 120ms, true);
+  BOOST_TEST(!l.current(recovering));  // the attempt's step is over
+}
+
+// An attempt that fails (a cause while recovering) is followed by the next,
+// farther apart; one that failed before recovering (its drain) likewise.
+BOOST_AUTO_TEST_CASE(a_failed_attempt_waits_longer) {
+  RecoveryLadder l = ladder();
+  const Clock::time_point t0;
+  auto at = l.changed(ConnectionState::kDown, t0);
+  auto wait = l.next({In::kWentDown, at, true}, t0);
+  auto drain = l.next({In::kWaited, wait.step}, t0);
+  l.next({In::kDrained, drain.step}, t0);
+  l.changed(ConnectionState::kRecovering, t0);
+  at = l.changed(ConnectionState::kDown, t0 + 1ms);  // the attempt's connect threw
+  wait = l.next({In::kAttemptFailed, at, true}, t0 + 1ms);
+  BOOST_TEST(said(wait) == "wait 200");
+  BOOST_TEST(l.attempt_number() == 2u);
+  drain = l.next({In::kWaited, wait.step}, t0 + 201ms);
+  BOOST_TEST(said(drain) == "drain");
+  at = l.failed_early();  // the drain failed
+  BOOST_TEST(!l.current(drain.step));
+  BOOST_TEST(said(l.next({In::kAttemptFailed, at, true}, t0 + 202ms)) == "wait 400");
+}
+
+// Every answer asked at an earlier step is ignored: a late timer, a late
+// drain, a second timer for the same wait, a supervision overtaken.
+BOOST_AUTO_TEST_CASE(a_stale_answer_does_nothing) {
+  RecoveryLadder l = ladder();
+  const Clock::time_point t0;
+  const auto at = l.changed(ConnectionState::kDown, t0);
+  const auto wait = l.next({In::kWentDown, at, true}, t0);
+  BOOST_TEST(said(l.next({In::kWentDown, at, true}, t0)) == "nothing");  // supervised once
+  const auto drain = l.next({In::kWaited, wait.step}, t0);
+  BOOST_TEST(said(l.next({In::kWaited, wait.step}, t0)) == "nothing");  // a second timer
+  l.changed(ConnectionState::kUp, t0);  // the application brought it up meanwhile
+  BOOST_TEST(said(l.next({In::kDrained, drain.step}, t0)) == "nothing");
+  BOOST_TEST(said(l.next({In::kOverdue}, t0 + 1h)) == "nothing");
+  l.close();
+  BOOST_TEST(said(l.next({In::kWentDown, l.step(), true}, t0)) == "nothing");
+}
+
+// In place, a down port holds the attempt until PORT_ACTIVE, which starts
+// the wait the backoff chose; a QP to be replaced goes on every max_delay,
+// and PORT_ACTIVE is the way back at once.
+BOOST_AUTO_TEST_CASE(a_down_port_holds_the_wait) {
+  const Clock::time_point t0;
+  RecoveryLadder in_place = ladder();
+  auto at = in_place.changed(ConnectionState::kDown, t0);
+  BOOST_TEST(said(in_place.next({In::kWentDown, at, false}, t0)) == "wait port timed");
+  BOOST_TEST(said(in_place.next({In::kPortActive}, t0 + 5s)) == "wait 100");
+  BOOST_TEST(said(in_place.next({In::kPortActive}, t0 + 5s)) == "nothing");  // rxe raises it twice
+
+  RecoveryLadder replaced = ladder(RecoveryLadder::Mode::kReconnect);
+  at = replaced.changed(ConnectionState::kDown, t0);
+  BOOST_TEST(said(replaced.next({In::kWentDown, at, false}, t0)) == "wait 1000 timed");
+  BOOST_TEST(said(replaced.next({In::kPortActive}, t0 + 5s)) == "wait 0");
+}
+
+// The way back during an attempt: the attempt is into a dead link, aborted,
+// and the next one waits for nothing; while down and not yet supervised,
+// the supervision waits for nothing.
+BOOST_AUTO_TEST_CASE(the_way_back_aborts_an_attempt_and_hurries_the_next) {
+  const Clock::time_point t0;
+  RecoveryLadder l = ladder(RecoveryLadder::Mode::kReconnect);
+  auto at = l.changed(ConnectionState::kDown, t0);
+  auto wait = l.next({In::kWentDown, at, true}, t0);
+  auto drain = l.next({In::kWaited, wait.step}, t0);
+  BOOST_TEST(said(l.next({In::kDrained, drain.step}, t0)) == "reconnect");
+  l.changed(ConnectionState::kRecovering, t0);
+  BOOST_TEST(said(l.next({In::kRetryNow}, t0)) == "abort");
+  at = l.changed(ConnectionState::kDown, t0);  // the abort's cause
+  BOOST_TEST(said(l.next({In::kAttemptFailed, at, true}, t0)) == "wait 0");
+
+  RecoveryLadder first = RecoveryLadder(no_jitter(), 1, RecoveryLadder::Mode::kReconnect, false);
+  at = first.first_attempt();
+  BOOST_TEST(said(first.next({In::kWentDown, at, true}, t0)) == "wait 0 timed");
+}
+
+// The way back while an attempt waits starts it at once, and only it: the
+// attempt after it (this one failed) waits its backoff again. (0.9.0 kept
+// the hurry for the next supervision, which then waited nothing.)
+BOOST_AUTO_TEST_CASE(the_way_back_hurries_only_the_waiting_attempt) {
+  const Clock::time_point t0;
+  RecoveryLadder l = ladder();
+  auto at = l.changed(ConnectionState::kDown, t0);
+  const auto wait = l.next({In::kWentDown, at, true}, t0);
+  BOOST_TEST(said(wait) == "wait 100 timed");
+  const auto now = l.next({In::kRetryNow}, t0 + 10ms);
+  BOOST_TEST(said(now) == "wait 0");
+  BOOST_TEST(said(l.next({In::kWaited, wait.step}, t0 + 10ms)) == "drain");  // either timer
+  BOOST_TEST(said(l.next({In::kWaited, now.step}, t0 + 10ms)) == "nothing");  // starts it once
+  at = l.failed_early();
+  BOOST_TEST(said(l.next({In::kAttemptFailed, at, true}, t0 + 20ms)) == "wait 200");
+}
+
+// The ladder fails an outage by its clock (give_up_after) and a storm by
+// the damping window; the first up of a connection made down is no recovery.
+BOOST_AUTO_TEST_CASE(the_ladder_gives_up_as_the_schedule_says) {
+  RecoveryPolicy policy = no_jitter();
+  policy.give_up_after = 2000ms;
+  policy.max_recoveries = 1;
+  const Clock::time_point t0;
+  RecoveryLadder l(policy, 1, RecoveryLadder::Mode::kResetInPlace, false);
+  auto at = l.changed(ConnectionState::kDown, t0);
+  l.next({In::kWentDown, at, false}, t0);
+  BOOST_TEST(said(l.next({In::kOverdue}, t0 + 1999ms)) == "nothing");
+  BOOST_TEST(said(l.next({In::kOverdue}, t0 + 2000ms)) ==
+             "fail: not recovered in 2000 ms (0 attempts failed)");
+  l.changed(ConnectionState::kUp, t0 + 3s, true);  // the first up: not counted
+  at = l.changed(ConnectionState::kDown, t0 + 4s);
+  BOOST_TEST(said(l.next({In::kWentDown, at, true}, t0 + 4s)) == "wait 100 timed");
+  l.changed(ConnectionState::kUp, t0 + 4100ms, true);  // counted: 1 of 1
+  at = l.changed(ConnectionState::kDown, t0 + 4200ms);
+  BOOST_TEST(said(l.next({In::kWentDown, at, true}, t0 + 4200ms)) ==
+             "fail: down again after 1 recoveries in 3000 ms (damped)");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -73,7 +73,8 @@ BOOST_AUTO_TEST_CASE(attach_release_and_route_concurrently) {
           held.erase(held.begin() + static_cast<long>(victim));
         }
         attach_cycles.fetch_add(1, std::memory_order_relaxed);
-        // Paced, so that 8 attachers on a small machine leave the routers CPU.
+        // Paced, so that 8 attachers on a small machine leave the routers CPU:
+        // a duration on purpose, as nothing is waited for.
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
       for (auto& [attachment, state] : held) {

@@ -505,9 +505,10 @@ BOOST_AUTO_TEST_CASE(release_waits_for_a_running_handler) {
     BOOST_TEST(handler_done.load());
     release_returned = true;
   });
-  // Proves an absence: release() does not return while the handler is held.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  BOOST_TEST(!release_returned.load());
+  // release() does not return while the handler is held.
+  BOOST_TEST(ibev::testing::stays_false_for(
+      [&] { return release_returned.load(); }, std::chrono::milliseconds(50),
+      "a release() that did not wait for the held handler returns within microseconds"));
   {
     std::lock_guard<std::mutex> lock(mutex);
     may_leave = true;

@@ -140,7 +140,10 @@ BOOST_DATA_TEST_CASE(release_waits_for_a_call_on_another_thread, kStorages, keye
   std::atomic<bool> returned{false};
   Handle handle = lists.add(std::make_shared<Sub>([&](const Seen&) {
     entered.set_value();
-    // Proves an absence: release() does not return during these 200 ms.
+    // Held 200 ms on purpose, a duration and no condition: the window in
+    // which release() must not return. One that did not wait for this call
+    // would return within microseconds (it only unlinks), so it would be
+    // back long before `returned` is set.
     std::this_thread::sleep_for(200ms);
     returned = true;
   }));

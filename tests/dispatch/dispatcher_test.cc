@@ -33,6 +33,7 @@ using ibev::Registry;
 using ibev::testing::Counter;
 using ibev::testing::eventually;
 using ibev::testing::expect_throw;
+using ibev::testing::stays_false_for;
 
 namespace {
 
@@ -187,11 +188,7 @@ BOOST_AUTO_TEST_CASE(stop_from_inside_a_handler) {
   dispatcher.inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});
   BOOST_REQUIRE(delivered.wait_for(1));
   // The thread ends on its own; start() joins it and runs again.
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (dispatcher.running() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
-  BOOST_TEST(!dispatcher.running());
+  BOOST_TEST(eventually([&] { return !dispatcher.running(); }, 5s, 1ms));
   listener.release();
   Counter again;
   ibev::Handle second =
@@ -568,21 +565,25 @@ BOOST_FIXTURE_TEST_CASE(events_waiting_without_a_dispatch_are_reported_once, Wat
   ibv_context device{};
   dispatcher->inject(&device, IBV_EVENT_PORT_ERR, ibev::Port{1});  // and no start()
   BOOST_REQUIRE(eventually([&] { return !said().empty(); }));
-  // Proves an absence: still waiting, it is said once, not at every look (every 12 ms).
-  std::this_thread::sleep_for(200ms);
+  // Still waiting, it is said once, not at every look.
+  BOOST_TEST(stays_false_for([&] { return said().size() > 1u; }, 200ms,
+                             "the watchdog looks every 12 ms: a repeat comes within 16 looks"));
   const auto failures = said();
   BOOST_REQUIRE(failures.size() == 1u);
   BOOST_TEST((failures[0].kind == ibev::Failure::Kind::kUndispatched));
   BOOST_TEST(failures[0].what.find("call start()") != std::string::npos, failures[0].what);
   dispatcher->run_once(0ms);  // dispatched: nothing more to say
-  std::this_thread::sleep_for(200ms);  // proves an absence: no report once dispatched
+  BOOST_TEST(stays_false_for([&] { return said().size() != 1u; }, 200ms,
+                             "the watchdog looks every 12 ms: a report comes within 16 looks"));
   BOOST_TEST(said().size() == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_handler_holding_the_dispatching_thread_is_reported, Watched) {
   std::atomic<bool> done{false};
   dispatcher->post([&] {
-    std::this_thread::sleep_for(300ms);  // the stall under test (stall_after is 50 ms)
+    // The stall under test, a duration on purpose: the thread held past
+    // stall_after (50 ms) is what the watchdog must report.
+    std::this_thread::sleep_for(300ms);
     done = true;
   });
   dispatcher->start();
@@ -603,8 +604,9 @@ BOOST_FIXTURE_TEST_CASE(a_dispatcher_that_keeps_up_is_quiet, Watched) {
   for (int i = 1; i <= 20; ++i) {
     dispatcher->inject(&device, IBV_EVENT_PORT_ACTIVE, ibev::Port{1});
     BOOST_REQUIRE(heard.wait_for(i));
-    // Proves an absence: 20 x 10 ms of prompt serving, and the watchdog says nothing.
-    std::this_thread::sleep_for(10ms);
+    // 20 x 10 ms of prompt serving, and the watchdog says nothing.
+    BOOST_TEST(stays_false_for([&] { return !said().empty(); }, 10ms,
+                               "the watchdog looks every 12 ms: 20 of these span 16 looks"));
   }
   dispatcher->stop();
   BOOST_TEST(said().empty());

@@ -27,11 +27,13 @@
 
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/test_seams.h>
+#include "tests/support/testing.h"
 
 using namespace std::chrono_literals;
 using ibev::Dispatcher;
 using ibev::Event;
 using ibev::Registry;
+using ibev::testing::eventually;
 namespace bdata = boost::unit_test::data;
 
 namespace {
@@ -97,11 +99,7 @@ int thread_count() {
   return n;
 }
 bool threads_back_to(int count) {
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (thread_count() > count && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
-  return thread_count() <= count;
+  return eventually([count] { return thread_count() <= count; }, 5s, 1ms);
 }
 
 }  // namespace
@@ -232,10 +230,7 @@ void hold_the_read_until_retired(int fd) {
   if (fd != read_held_fd.load() || read_held.exchange(true)) return;
   char byte;
   static_cast<void>(::read(fd, &byte, 1));
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while ((::fcntl(fd, F_GETFL) & O_NONBLOCK) != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
+  static_cast<void>(eventually([fd] { return (::fcntl(fd, F_GETFL) & O_NONBLOCK) == 0; }, 5s, 1ms));
 }
 
 // A release on another thread gives the fd its blocking flags back while
@@ -260,11 +255,7 @@ BOOST_DATA_TEST_CASE(a_release_while_the_serve_is_about_to_read_never_blocks_it,
                 ? dispatcher.watch_async_events(&device.context)
                 : dispatcher.watch_completions(&cq.cq, {}, [](const ibev::CompletionBatch&) {});
         if (::write(write_end, "x", 1) != 1) return 2;
-        const auto deadline = std::chrono::steady_clock::now() + 5s;
-        while (!read_held && std::chrono::steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(1ms);
-        }
-        if (!read_held) return 3;
+        if (!eventually([] { return read_held.load(); }, 5s, 1ms)) return 3;
         watch.release();  // retires it: the fd is blocking again
         dispatcher.stop();
         return 0;
@@ -287,10 +278,8 @@ BOOST_AUTO_TEST_CASE(thread_exited_from_a_handler_that_stop_waits_for) {
         std::atomic<bool> asked{false};
         ibev::Handle listener = dispatcher.registry().listen(&device, [&](const Event&) {
           entered.set_value();
-          const auto deadline = std::chrono::steady_clock::now() + 5s;
-          while (dispatcher.running() && std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(1ms);  // until stop() has begun
-          }
+          // Until stop() has begun.
+          static_cast<void>(eventually([&] { return !dispatcher.running(); }, 5s, 1ms));
           static_cast<void>(dispatcher.thread_exited());
           asked = true;
         });
@@ -460,7 +449,9 @@ BOOST_AUTO_TEST_CASE(stop_waits_for_the_running_handler) {
   std::atomic<bool> handler_done{false};
   ibev::Handle slow = registry.listen(&device, [&](const Event&) {
     in_handler.set_value();
-    // Proves an absence: stop() does not return during these 200 ms.
+    // Held 200 ms on purpose, a duration and no condition: the window in
+    // which stop() must not return. One that did not wait for this handler
+    // would return as soon as the loop saw the stop, well within it.
     std::this_thread::sleep_for(200ms);
     handler_done = true;
   });

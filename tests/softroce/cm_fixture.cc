@@ -7,9 +7,9 @@
 #include <fstream>
 #include <stdexcept>
 #include <system_error>
-#include <thread>
 
 #include "tests/softroce/rdma_fixture.h"
+#include "tests/support/testing.h"
 
 namespace ibev::testing {
 
@@ -33,14 +33,15 @@ void give_netdev_its_address() {
                 address.s6_addr[8], address.s6_addr[9], address.s6_addr[10], address.s6_addr[11],
                 address.s6_addr[12], address.s6_addr[13], address.s6_addr[14], address.s6_addr[15]);
   const std::string gids = "/sys/class/infiniband/" + test_device() + "/ports/1/gids/";
-  for (int attempt = 0; attempt < 500; ++attempt) {
+  const auto listed = [&] {
     for (int index = 0; index < 16; ++index) {
       std::ifstream gid(gids + std::to_string(index));
       std::string text;
-      if (std::getline(gid, text) && text == expected) return;
+      if (std::getline(gid, text) && text == expected) return true;
     }
-    std::this_thread::sleep_for(10ms);
-  }
+    return false;
+  };
+  if (eventually(listed, 5s, 10ms)) return;
   throw std::runtime_error("no GID " + std::string(expected) + " on " + test_device() + " in 5 s");
 }
 

@@ -27,6 +27,7 @@
 #include "tests/softroce/cm_fixture.h"
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
 
 namespace bdata = boost::unit_test::data;
 using namespace ibev;
@@ -70,7 +71,11 @@ BOOST_DATA_TEST_CASE(connect_exchange_and_disconnect_from_either_side, bdata::ma
   }
   BOOST_TEST(log.wait_count("client: TIMEWAIT_EXIT", 1, 20s), log.text());
   BOOST_TEST(log.wait_count("child0: TIMEWAIT_EXIT", 1, 20s), log.text());
-  std::this_thread::sleep_for(200ms);  // proves an absence: no event after TIMEWAIT_EXIT
+  // No event after TIMEWAIT_EXIT.
+  const std::string at_exit = log.text();
+  BOOST_TEST(stays_false_for([&] { return log.text() != at_exit; }, 200ms,
+                             "the channel hands out an id's events in order: one after "
+                             "TIMEWAIT_EXIT would be read within milliseconds of it"));
   BOOST_TEST(joined(log.starting_with("client: ")) ==
                  "ADDR_RESOLVED, ROUTE_RESOLVED, ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
              log.text());
@@ -156,10 +161,7 @@ BOOST_AUTO_TEST_CASE(connecting_where_nobody_listens_is_an_error_event_not_a_han
     }
     return std::string();
   };
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (ended().empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
+  eventually([&] { return !ended().empty(); }, 30s, 20ms);
   BOOST_TEST_MESSAGE("connecting to port " << unused_port << " with nobody listening: " << ended());
   BOOST_TEST(!ended().empty(), log.text());
   BOOST_TEST(log.count("client: ESTABLISHED") == 0u);
@@ -245,19 +247,22 @@ BOOST_DATA_TEST_CASE(an_id_closes_from_its_handler_or_another_thread_while_event
     });
     id->resolve_addr(nullptr, CmAddress::parse(cm_host(), server.port()), 2000ms);
     if (from_handler) {
-      const auto deadline = std::chrono::steady_clock::now() + 20s;
-      while (!done.load() && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(1ms);
-      }
+      eventually([&] { return done.load(); }, 20s, 1ms);
       BOOST_REQUIRE_MESSAGE(done.load(), "round " << round << ": no connection in 20 s");
     } else {
-      // Somewhere between the address and the connection's first events.
+      // Somewhere between the address and the connection's first events: a
+      // random duration on purpose, as where close() lands is what varies.
       std::this_thread::sleep_for(std::chrono::microseconds(random() % 20000));
     }
     BOOST_REQUIRE_MESSAGE(finishes_within([&] { id->close(); }, 5s),
                           "round " << round << ": close() hung");
     closed = true;
-    std::this_thread::sleep_for(1ms);  // proves an absence: the handler runs no more after close()
+    // The handler runs no more after close().
+    BOOST_TEST(stays_false_for([&] { return after_close.load() != 0; }, 1ms,
+                               "an event already read for the id is handed over in the "
+                               "dispatching thread's current round: a millisecond a round, 100 "
+                               "rounds",
+                               1ms));
     BOOST_REQUIRE_MESSAGE(after_close.load() == 0,
                           "round " << round << ": the handler ran after close()");
     established += connected.load();
@@ -483,10 +488,7 @@ BOOST_AUTO_TEST_CASE(an_ibev_client_pings_an_rping_server) {
   }
   BOOST_TEST_MESSAGE("rping -s answered attempt " << attempts);
   BOOST_REQUIRE_MESSAGE(log.count("ESTABLISHED") == 1u, log.text());
-  const auto pinged_until = std::chrono::steady_clock::now() + 30s;
-  while (!finished.load() && std::chrono::steady_clock::now() < pinged_until) {
-    std::this_thread::sleep_for(10ms);
-  }
+  eventually([&] { return finished.load(); }, 30s, 10ms);
   BOOST_TEST(finished.load(), "pings done: " << ping);
   BOOST_TEST(matched.load() == kPings);
   id->disconnect();

@@ -18,6 +18,7 @@
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
 
 using namespace ibev;
 using namespace ibev::testing;
@@ -46,6 +47,11 @@ class Completions {
   std::map<std::uint64_t, int> seen() {
     std::lock_guard<std::mutex> lock(mutex_);
     return seen_;
+  }
+  // Completions seen, each as often as it was.
+  std::size_t count() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return total();
   }
   int failed() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -178,7 +184,15 @@ BOOST_AUTO_TEST_CASE(each_completion_is_delivered_exactly_once_and_acks_are_batc
     for (int i = 0; i < kMessages; ++i) post_send(*a, *link.mr, link.slot(i), i);
     BOOST_REQUIRE(sent.wait_for(kMessages));
     BOOST_REQUIRE(received.wait_for(kMessages));
-    std::this_thread::sleep_for(300ms);  // proves an absence: no late (empty) event
+    // No late event delivers a completion again.
+    BOOST_TEST(stays_false_for(
+        [&] {
+          constexpr auto kAll = static_cast<std::size_t>(kMessages);
+          return sent.count() > kAll || received.count() > kAll;
+        },
+        300ms,
+        "rxe raised each event as it wrote the completion, already seen: the dispatcher reads "
+        "what is left on the channel within milliseconds"));
     expect_each_once(sent.seen(), 0, kMessages);
     expect_each_once(received.seen(), 1000, kMessages);
     BOOST_TEST(sent.failed() + received.failed() == 0);
@@ -251,7 +265,19 @@ BOOST_AUTO_TEST_CASE(cqs_sharing_a_channel_each_hear_only_their_own) {
   };
   for (int i = 0; i < kCqs; ++i) exchange(i, 1000 * i);
   for (int i = 0; i < kCqs; ++i) BOOST_REQUIRE(heard[i].wait_for(messages(i)));
-  std::this_thread::sleep_for(300ms);  // proves an absence: nothing misrouted lands
+  // Nothing misrouted lands.
+  BOOST_TEST(stays_false_for(
+      [&] {
+        for (int i = 0; i < kCqs; ++i) {
+          if (foreign[i].load() != 0 || heard[i].count() > static_cast<std::size_t>(messages(i))) {
+            return true;
+          }
+        }
+        return false;
+      },
+      300ms,
+      "every completion was written before the last was heard: one misrouted comes with the "
+      "dispatcher's next read, milliseconds away"));
   for (int i = 0; i < kCqs; ++i) {
     BOOST_TEST_CONTEXT("CQ " << i) {
       expect_each_once(heard[i].seen(), 1000 * i, messages(i));
@@ -265,7 +291,20 @@ BOOST_AUTO_TEST_CASE(cqs_sharing_a_channel_each_hear_only_their_own) {
   cqs[1]->close();
   for (int i : {0, 2, 3}) exchange(i, 1000 * i + 500);
   for (int i : {0, 2, 3}) BOOST_REQUIRE(heard[i].wait_for(2 * messages(i)));
-  std::this_thread::sleep_for(300ms);  // proves an absence: no CQ hears another's
+  // No CQ hears another's.
+  BOOST_TEST(stays_false_for(
+      [&] {
+        for (int i = 0; i < kCqs; ++i) {
+          const int sent_to = i == 1 ? messages(i) : 2 * messages(i);
+          if (foreign[i].load() != 0 || heard[i].count() > static_cast<std::size_t>(sent_to)) {
+            return true;
+          }
+        }
+        return false;
+      },
+      300ms,
+      "every completion was written before the last was heard: one misrouted comes with the "
+      "dispatcher's next read, milliseconds away"));
   for (int i : {0, 2, 3}) {
     BOOST_TEST_CONTEXT("CQ " << i) {
       BOOST_TEST(heard[i].seen().size() == static_cast<std::size_t>(2 * messages(i)));
@@ -350,7 +389,10 @@ BOOST_AUTO_TEST_CASE(a_completion_landing_while_the_handler_runs_needs_no_new_ev
 
   BOOST_REQUIRE(received.wait_for(2));
   BOOST_REQUIRE_EQUAL(sent_while_running.load(), 2u);
-  std::this_thread::sleep_for(300ms);  // proves an absence: no second event comes in
+  BOOST_TEST(stays_false_for(
+      [&] { return recv_cq->completion_stats().events > 1u; }, 300ms,
+      "a second event, raised with the second receive's completion, would be read within "
+      "milliseconds of the first handler's return"));
   const CompletionStats stats = recv_cq->completion_stats();
   BOOST_TEST(stats.events == 1u);
   BOOST_TEST(stats.empty_events == 0u);
@@ -504,6 +546,7 @@ BOOST_AUTO_TEST_CASE(adaptive_mode_polls_then_sleeps_without_missing_any) {
 struct ReadsHeld {
   ReadsHeld() {
     detail::test_seams::before_source_read = [](int) {
+      // A duration on purpose: the window itself, held open for the race.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     };
   }

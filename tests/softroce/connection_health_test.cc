@@ -575,7 +575,10 @@ BOOST_AUTO_TEST_CASE(a_request_past_its_deadline_takes_the_connection_down) {
   link.watch(ConnectionHealth::create(link.pair.a, changes.handler(), options));
   link.write(1);
   BOOST_REQUIRE(eventually([&] { return link.came(1); }));
-  std::this_thread::sleep_for(700ms);  // past two deadlines: a retired request is no cause
+  // A retired request is no cause.
+  BOOST_TEST(stays_false_for([&] { return link.health->state() != S::kUp; }, 700ms,
+                             "a request not retired takes it down at its 300 ms deadline: "
+                             "700 ms is past two"));
   BOOST_TEST(link.health->state() == S::kUp);
 
   link.pair.b->close();
@@ -756,7 +759,10 @@ BOOST_FIXTURE_TEST_CASE(a_port_flap_is_recovered_once_the_port_is_back, InPlace)
 
   run_command("ip link set " + test_netdev() + " down");
   BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kDown; }));
-  std::this_thread::sleep_for(500ms);  // 50 first delays: no attempt while the port is down
+  // No attempt while the port is down.
+  BOOST_TEST(stays_false_for([&] { return attempts.count() != 0u; }, 500ms,
+                             "an attempt not held for PORT_ACTIVE comes after the 10 ms first "
+                             "delay: 500 ms is fifty"));
   BOOST_TEST(attempts.count() == 0u);
   run_command("ip link set " + test_netdev() + " up");
   BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kUp; }));

@@ -27,6 +27,7 @@
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
 
 using namespace ibev;
 using namespace ibev::testing;
@@ -149,7 +150,11 @@ BOOST_DATA_TEST_CASE(a_delete_completes_while_held_and_a_re_add_resumes_traffic,
     BOOST_TEST(e.code().value() == ENODEV);
   }
   const int settled = completions.load();
-  std::this_thread::sleep_for(200ms);  // proves an absence: no handler runs after its CQ closed
+  // No handler runs after its CQ closed.
+  BOOST_TEST(stays_false_for(
+      [&] { return completions.load() != settled || after_close.load() != 0; }, 200ms,
+      "a handler still called would be called for traffic that ran every few milliseconds "
+      "until the removal"));
   BOOST_TEST(completions.load() == settled, "completion handlers ran after their CQ closed");
   BOOST_TEST(after_close.load() == 0);
 
@@ -262,7 +267,10 @@ BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_
     second = clients.register_client(client("second", second));
   }
   BOOST_REQUIRE_MESSAGE(log.wait_count("second add " + test_device(), 1, 20s), log.text());
-  std::this_thread::sleep_for(100ms);  // proves an absence: the first client hears no add again
+  // The first client hears no add again.
+  BOOST_TEST(stays_false_for([&] { return log.count("first add " + test_device()) != 1u; }, 100ms,
+                             "a second add would be called with the second client's, on the "
+                             "same thread, just before or after it"));
   BOOST_TEST(log.count("first add " + test_device()) == 1u, log.text());
 
   BlockingCommand deleting(fill("rdma link delete {dev}"));
@@ -281,8 +289,10 @@ BOOST_AUTO_TEST_CASE(clients_hear_add_for_devices_present_and_unregister_inside_
   run_command(fill("rdma link add {dev} type rxe netdev {net}"));
   BOOST_TEST(eventually([&] { return !clients.devices().empty(); }));
   BOOST_TEST(clients.devices().size() == 1u);
-  // Proves an absence: with the device back, no unregistered client hears it.
-  std::this_thread::sleep_for(1s);
+  // With the device back, no unregistered client hears it.
+  BOOST_TEST(stays_false_for([&] { return log.count("first add " + test_device()) != 1u; }, 1s,
+                             "the Device is already made: an add would be called with its "
+                             "making"));
   BOOST_TEST(log.count("first add " + test_device()) == 1u, log.text());
 }
 

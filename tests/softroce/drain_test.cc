@@ -26,6 +26,7 @@
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
 
 using namespace ibev;
 using namespace ibev::testing;
@@ -72,6 +73,11 @@ class Heard {
       if (key.first == qp_num && key.second >= limit) return false;
     }
     return true;
+  }
+  // Whether a marker leaked, as a condition to wait on (made here: a data
+  // test case's lambda may not hold a type of this unnamed namespace).
+  std::function<bool()> leaked(std::uint32_t qp_num, std::uint64_t limit) {
+    return [this, qp_num, limit] { return !only_below(qp_num, limit); };
   }
 
  private:
@@ -208,7 +214,10 @@ BOOST_AUTO_TEST_CASE(a_qp_on_an_srq_drains_on_last_wqe_reached_or_its_timeout) {
   // Traffic towards the drained QP raises more LAST_WQE on 6.12: the drain
   // is over, nothing of it is left to hear them.
   for (int i = 0; i < 4; ++i) post_send(*a, *mr, memory.data() + 64 * (12 + i), 200 + i);
-  std::this_thread::sleep_for(300ms);  // proves an absence: their events reach no drain, no error
+  // Their events reach no drain, no error.
+  BOOST_TEST(stays_false_for([&] { return !env.errors().empty(); }, 300ms,
+                             "the sends reach the drained QP over loopback within "
+                             "milliseconds, and 6.12 raises their LAST_WQE then"));
   BOOST_TEST(finishes_within([&] { b.reset(); }, 5s));
   BOOST_TEST(env.errors().empty());
 }
@@ -313,7 +322,8 @@ BOOST_DATA_TEST_CASE(close_racing_a_drain_waits_for_its_verbs_and_cancels_it,
   BOOST_TEST(pair.a->get() == nullptr);
   // The cancelled drain's markers were posted (close() waited for them):
   // still ibev's, they never reach the handler.
-  std::this_thread::sleep_for(300ms);  // proves an absence: no marker comes to the handler
+  BOOST_TEST(stays_false_for(seen.leaked(a_num, 2 * kDepth), 300ms,
+                             "the markers were posted to a QP in ERR: rxe flushes them at once"));
   BOOST_TEST(seen.only_below(a_num, 2 * kDepth), "a cancelled drain's marker reached the handler");
   // A drain started after close() is refused at once.
   BOOST_CHECK_EXCEPTION(pair.a->drain(), std::system_error, [](const std::system_error& e) {
@@ -337,7 +347,10 @@ BOOST_AUTO_TEST_CASE(a_drain_failing_in_its_verbs_throws_and_never_calls_done) {
                                                 std::error_code) { ++done_calls; }),
                     std::system_error);
   detail::test_seams::before_drain_posts = nullptr;
-  std::this_thread::sleep_for(300ms);  // proves an absence: nor is `done` called later
+  // Nor is `done` called later.
+  BOOST_TEST(stays_false_for([&] { return done_calls.load() != 0; }, 300ms,
+                             "a drain that went on would post its markers at once to a QP that "
+                             "completes them within milliseconds"));
   BOOST_TEST(done_calls.load() == 0);
   BOOST_TEST(env.errors().empty(), env.failures.summary());
 }
@@ -440,9 +453,18 @@ BOOST_AUTO_TEST_CASE(drain_on_destroy_drains_then_destroys_without_blocking) {
     return true;
   };
   BOOST_TEST(eventually(all_came));
-  // Proves an absence: no request completes twice, the marker never reaches the handler. It
-  // also leaves the dispatching thread time to destroy the QP, which the test cannot see.
-  std::this_thread::sleep_for(1s);
+  // No request completes twice, the marker never reaches the handler. The
+  // window also leaves the dispatching thread time to destroy the QP, which
+  // the test cannot see: there a duration on purpose.
+  BOOST_TEST(stays_false_for(
+      [&] {
+        for (std::uint64_t id = kDepth; id < 3 * kDepth; ++id) {
+          if (seen.count(qp_num, id) > 1) return true;
+        }
+        return !seen.only_below(qp_num, 3 * kDepth);
+      },
+      1s, "every request was flushed or done, the marker with them: what is left comes within "
+          "the dispatcher's next reads"));
   int missing = 0;
   for (std::uint64_t id = kDepth; id < 3 * kDepth; ++id) missing += seen.count(qp_num, id) == 1 ? 0 : 1;
   BOOST_TEST(missing == 0);
@@ -502,7 +524,9 @@ BOOST_AUTO_TEST_CASE(waits_fire_once_on_real_events_and_time_out_cleanly) {
   Handle cancelled = wait_for(env.dispatcher, a->get(), {IBV_EVENT_COMM_EST}, 50ms,
                               [&](const WaitResult&) { ++cancelled_calls; });
   cancelled.release();
-  std::this_thread::sleep_for(300ms);  // proves an absence: the cancelled 50 ms wait never calls
+  BOOST_TEST(stays_false_for([&] { return cancelled_calls.load() != 0; }, 300ms,
+                             "the cancelled wait's timer was due 50 ms after its making, six "
+                             "times over"));
   BOOST_TEST(cancelled_calls.load() == 0);
 
   BOOST_CHECK_THROW(wait_for(env.dispatcher, a->get(), {IBV_EVENT_COMM_EST}, 0ms),

@@ -19,6 +19,7 @@
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
 #include <ibev/verbs/work_queue.h>
 
 namespace bdata = boost::unit_test::data;
@@ -79,7 +80,24 @@ struct World {
       BOOST_TEST(mine == count);
     }
   }
+
+  // What expect_only() fails on, looked at while more may still come:
+  // someone else heard something, or `who` heard another code or more than
+  // `count` times (no bound when count is 0).
+  bool heard_beyond(const std::string& who, int code, std::size_t count = 1) {
+    std::size_t mine = 0;
+    for (const auto& e : heard.entries()) {
+      if (e.who != who || e.event.code() != code) return true;
+      ++mine;
+    }
+    return count != 0 && mine > count;
+  }
 };
+
+// Why half a second shows that nothing more comes.
+constexpr const char* kTogether =
+    "rxe raises what one change causes together: a stray or a second event follows the first "
+    "within milliseconds";
 
 }  // namespace
 
@@ -90,7 +108,9 @@ BOOST_AUTO_TEST_CASE(cq_err_reaches_only_the_overflowing_cq) {
   for (int i = 0; i < 4; ++i) post_srq_recv(*w.srq1, *w.mr, w.slot(10 + i), 100 + i);
   for (int i = 0; i < 4; ++i) post_send(*w.a1, *w.mr, w.slot(i), i);
   BOOST_REQUIRE(w.heard.wait_for("cq1", 1));
-  std::this_thread::sleep_for(500ms);  // proves an absence: no stray event to anyone else
+  // No stray event to anyone else.
+  BOOST_TEST(stays_false_for([&] { return w.heard_beyond("cq1", IBV_EVENT_CQ_ERR, 0); }, 500ms,
+                             kTogether));
   w.expect_only("cq1", IBV_EVENT_CQ_ERR, 0);
   BOOST_TEST(w.heard.from("cq1")[0].event.cq() == w.cq1->get());
   BOOST_TEST(w.env.errors().empty());
@@ -108,7 +128,9 @@ BOOST_AUTO_TEST_CASE(srq_limit_reaches_only_that_srq) {
     BOOST_REQUIRE_EQUAL(done.size(), 1u);
   }
   BOOST_REQUIRE(w.heard.wait_for("srq1", 1));
-  std::this_thread::sleep_for(500ms);  // proves an absence: no second limit event, no stray one
+  // No second limit event, no stray one.
+  BOOST_TEST(stays_false_for(
+      [&] { return w.heard_beyond("srq1", IBV_EVENT_SRQ_LIMIT_REACHED); }, 500ms, kTogether));
   w.expect_only("srq1", IBV_EVENT_SRQ_LIMIT_REACHED);  // one-shot
   BOOST_TEST(w.heard.from("srq1")[0].event.srq() == w.srq1->get());
 }
@@ -117,7 +139,9 @@ BOOST_AUTO_TEST_CASE(sq_drained_reaches_only_that_qp) {
   World w;
   w.a1->drain_send_queue();
   BOOST_REQUIRE(w.heard.wait_for("a1", 1));
-  std::this_thread::sleep_for(500ms);  // proves an absence: no second SQ_DRAINED, no stray event
+  // No second SQ_DRAINED, no stray event.
+  BOOST_TEST(stays_false_for([&] { return w.heard_beyond("a1", IBV_EVENT_SQ_DRAINED); }, 500ms,
+                             kTogether));
   w.expect_only("a1", IBV_EVENT_SQ_DRAINED);
   BOOST_TEST(w.heard.from("a1")[0].event.qp() == w.a1->get());
 }
@@ -126,7 +150,9 @@ BOOST_AUTO_TEST_CASE(gid_change_reaches_the_device_listeners_only) {
   World w;
   run_command("ip -6 addr add fd00::99/64 dev " + test_netdev() + " nodad");
   BOOST_REQUIRE(w.heard.wait_for("rxe0 listener", 1));
-  std::this_thread::sleep_for(500ms);  // proves an absence: no object handler hears the change
+  // No object handler hears the change.
+  BOOST_TEST(stays_false_for(
+      [&] { return w.heard_beyond("rxe0 listener", IBV_EVENT_GID_CHANGE); }, 500ms, kTogether));
   w.expect_only("rxe0 listener", IBV_EVENT_GID_CHANGE);
   BOOST_TEST(w.heard.from("rxe0 listener")[0].event.port().value() == 1);
   run_command("ip -6 addr del fd00::99/64 dev " + test_netdev());
@@ -157,9 +183,25 @@ BOOST_AUTO_TEST_CASE(port_events_of_two_devices_reach_their_own_listeners) {
     return false;
   };
   BOOST_REQUIRE_MESSAGE(w.heard.wait_until(rxe1_up_heard), "heard: " << w.heard.summary());
-  // Proves an absence: nothing beyond the flap reaches rxe0's listeners, no object handler
+  // Nothing beyond the flap reaches rxe0's listeners, no object handler
   // hears anything.
-  std::this_thread::sleep_for(1s);
+  BOOST_TEST(stays_false_for(
+      [&] {
+        std::size_t rxe0 = 0, rxe0_port = 0;
+        for (const auto& e : w.heard.entries()) {
+          if (e.who == "rxe0 listener") {
+            ++rxe0;
+          } else if (e.who == "rxe0 port listener") {
+            ++rxe0_port;
+          } else if (e.who != "rxe1 listener") {
+            return true;
+          }
+        }
+        return rxe0 > 2u || rxe0_port > 2u;
+      },
+      1s,
+      "the flap's events came with the link's down and up, already heard: more from it "
+      "would follow within milliseconds"));
   BOOST_TEST_MESSAGE("heard: " << w.heard.summary());
 
   std::vector<int> rxe0_codes, rxe0_port_codes;
@@ -347,9 +389,11 @@ BOOST_AUTO_TEST_CASE(events_raised_while_stopped_arrive_after_restart) {
   World w;
   w.env.dispatcher.stop();
   w.a1->drain_send_queue();
-  // Proves an absence: rxe raises SQ_DRAINED meanwhile, and the stopped dispatcher delivers it
+  // rxe raises SQ_DRAINED meanwhile, and the stopped dispatcher delivers it
   // to nobody (it stays queued in the kernel).
-  std::this_thread::sleep_for(300ms);
+  BOOST_TEST(stays_false_for([&] { return !w.heard.entries().empty(); }, 300ms,
+                             "rxe raises SQ_DRAINED within milliseconds of the drain, and a "
+                             "running dispatcher hands it over as soon"));
   BOOST_TEST(w.heard.entries().empty());
   w.env.dispatcher.start();
   BOOST_REQUIRE(w.heard.wait_for("a1", 1));

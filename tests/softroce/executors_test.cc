@@ -17,6 +17,7 @@
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
+#include "tests/support/testing.h"
 
 using namespace ibev;
 using namespace ibev::testing;
@@ -153,10 +154,7 @@ BOOST_AUTO_TEST_CASE(two_dispatchers_on_two_threads_serve_their_own_cqs) {
   for (int i = 1; i <= kMessages; ++i) {
     a.message(i);
     b.message(i);
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while ((on_first < i || on_second < i) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(1ms);
-    }
+    eventually([&] { return on_first >= i && on_second >= i; }, 20s, 1ms);
     BOOST_REQUIRE_MESSAGE(on_first == i && on_second == i, "message " << i);
   }
   BOOST_TEST(misplaced.load() == 0);

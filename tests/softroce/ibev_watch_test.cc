@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tests/softroce/rdma_fixture.h"
+#include "tests/support/testing.h"
 
 using namespace ibev::testing;
 using namespace std::chrono_literals;
@@ -63,13 +64,18 @@ BOOST_AUTO_TEST_CASE(agrees_with_ibv_asyncwatch) {
   run_command("ip link set " + netdev + " up");
   run_command("ip -6 addr add fd00::55/64 dev " + netdev + " nodad");
 
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while ((matches(asyncwatch.text(), kAsyncwatchLine).size() < 3 ||
-          matches(ibev_watch.text(), kIbevLine).size() < 3) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  std::this_thread::sleep_for(500ms);  // proves an absence: neither prints anything more
+  eventually(
+      [&] {
+        return matches(asyncwatch.text(), kAsyncwatchLine).size() >= 3 &&
+               matches(ibev_watch.text(), kIbevLine).size() >= 3;
+      },
+      20s, 20ms);
+  // Both finish printing. A duration, not a condition: rxe may raise more
+  // than three events for these changes (PORT_ERR for the admin down and
+  // again for the carrier), how many is the kernel's to say, and all come
+  // within milliseconds of the change; 500 ms on, both outputs are whole,
+  // and they are compared whole below.
+  std::this_thread::sleep_for(500ms);
   const int status = ibev_watch.stop();
   asyncwatch.stop();
   BOOST_TEST_MESSAGE("ibev-watch printed:\n" << ibev_watch.text());
@@ -120,7 +126,11 @@ BOOST_AUTO_TEST_CASE(short_forms_and_a_device_named_twice) {
                         "ibev-watch: " << ibev_watch.text());
   run_command("ip link set " + test_netdev() + " down");
   BOOST_REQUIRE(ibev_watch.wait_for_text("IBV_EVENT_PORT_ERR", 20s));
-  std::this_thread::sleep_for(500ms);  // proves an absence: not watched twice
+  // Not watched twice: a duration, not a condition, as rxe may raise
+  // PORT_ERR more than once (below); a device watched twice prints each
+  // event twice, the second within milliseconds of the first, and the counts
+  // below are of what 500 ms brought.
+  std::this_thread::sleep_for(500ms);
   const int status = ibev_watch.stop();
   run_command("ip link set " + test_netdev() + " up");
   // rxe may raise PORT_ERR more than once for one down (admin, carrier); a
@@ -293,14 +303,14 @@ BOOST_AUTO_TEST_CASE(prometheus_stores_what_it_printed) {
         count_of(ibev_watch.text(), R"("device":")" + device + R"(","event":")" + event + "\""));
   };
   // Until Prometheus scraped after the last event ibev-watch printed.
-  const auto stored = std::chrono::steady_clock::now() + 30s;
-  while ((prometheus_query(additions) != "2" ||
-          prometheus_query(flaps) != printed("IBV_EVENT_PORT_ERR") ||
-          prometheus_query(gid_query) != printed("IBV_EVENT_GID_CHANGE") ||
-          prometheus_query(port_query) != "4") &&
-         std::chrono::steady_clock::now() < stored) {
-    std::this_thread::sleep_for(250ms);
-  }
+  eventually(
+      [&] {
+        return prometheus_query(additions) == "2" &&
+               prometheus_query(flaps) == printed("IBV_EVENT_PORT_ERR") &&
+               prometheus_query(gid_query) == printed("IBV_EVENT_GID_CHANGE") &&
+               prometheus_query(port_query) == "4";
+      },
+      30s, 250ms);
   BOOST_TEST(prometheus_query(additions) == "2");
   BOOST_TEST(prometheus_query(flaps) == printed_errs, ibev_watch.text());
   BOOST_TEST(prometheus_query("ibev_watch_device_removals_total{device=\"" + device +
@@ -364,11 +374,7 @@ BOOST_AUTO_TEST_CASE(journal_entries_carry_the_rdma_fields) {
   if (access("/run/systemd/journal/socket", F_OK) != 0) {
     journald.emplace("/lib/systemd/systemd-journald", tmp + "/journald.out");
   }
-  const auto ready = std::chrono::steady_clock::now() + 20s;
-  while (access("/run/systemd/journal/socket", F_OK) != 0 &&
-         std::chrono::steady_clock::now() < ready) {
-    std::this_thread::sleep_for(50ms);
-  }
+  eventually([] { return access("/run/systemd/journal/socket", F_OK) == 0; }, 20s, 50ms);
   BOOST_REQUIRE_MESSAGE(access("/run/systemd/journal/socket", F_OK) == 0,
                         (journald ? journald->text() : std::string()));
   const std::string device = test_device();
@@ -378,12 +384,12 @@ BOOST_AUTO_TEST_CASE(journal_entries_carry_the_rdma_fields) {
   run_command("ip link set " + test_netdev() + " down");
   run_command("ip link set " + test_netdev() + " up");
   std::string entries;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  do {
-    std::this_thread::sleep_for(100ms);
-    run_capturing("journalctl --no-pager -o json RDMA_EVENT=IBV_EVENT_PORT_ERR", entries);
-  } while (entries.find("IBV_EVENT_PORT_ERR") == std::string::npos &&
-           std::chrono::steady_clock::now() < deadline);
+  eventually(
+      [&] {
+        run_capturing("journalctl --no-pager -o json RDMA_EVENT=IBV_EVENT_PORT_ERR", entries);
+        return entries.find("IBV_EVENT_PORT_ERR") != std::string::npos;
+      },
+      20s, 100ms);
   BOOST_TEST(entries.find("\"RDMA_DEVICE\":\"" + device + "\"") != std::string::npos, entries);
   BOOST_TEST(entries.find("\"RDMA_PORT\":\"1\"") != std::string::npos, entries);
   BOOST_TEST(entries.find("\"RDMA_ELEMENT\":\"port\"") != std::string::npos, entries);
@@ -412,11 +418,14 @@ BOOST_AUTO_TEST_CASE(a_device_not_named_is_not_removed_either) {
   run_command("rdma link delete " + device);
   BOOST_REQUIRE(ibev_watch.wait_for_text(R"("change":"removed")", 20s));
   run_command("rdma link add other0 type rxe netdev " + netdev);
-  std::this_thread::sleep_for(1s);  // ibev-watch's DeviceClients open it meanwhile
+  // ibev-watch's DeviceClients open it meanwhile. A duration, not a
+  // condition: ibev-watch prints and counts nothing of a device not named
+  // (what is under test), so there is nothing to wait on.
+  std::this_thread::sleep_for(1s);
   std::string while_there;
   run_capturing("curl -sS --max-time 10 http://127.0.0.1:9393/metrics", while_there);
   run_command("rdma link delete other0");
-  std::this_thread::sleep_for(1s);  // and close it
+  std::this_thread::sleep_for(1s);  // and close it (a duration, as above)
   run_command("rdma link add " + device + " type rxe netdev " + netdev);
   const std::string added = R"("device":")" + device + R"(","change":"added")";
   BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_count(added, 2, 20s) == 2, ibev_watch.text());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/softroce/rdma_fixture.h"
+#include "tests/support/testing.h"
 
 using namespace ibev::testing;
 using namespace std::chrono_literals;
@@ -62,11 +63,7 @@ BOOST_AUTO_TEST_CASE(link_flap_and_gid_change_raise_port_events) {
   ours.insert(ours.end(), up.begin(), up.end());
   ours.insert(ours.end(), gid.begin(), gid.end());
   // asyncwatch reads its own context: give it a moment to print the last one.
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (asyncwatch_events(watch.text()).size() < ours.size() &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
+  eventually([&] { return asyncwatch_events(watch.text()).size() >= ours.size(); }, 5s, 20ms);
   watch.stop();
   BOOST_TEST(asyncwatch_events(watch.text()) == ours,
              boost::test_tools::per_element());

@@ -13,7 +13,6 @@
 #include <fstream>
 #include <ostream>
 #include <sstream>
-#include <thread>
 
 #include <ibev/core/event.h>
 
@@ -186,12 +185,14 @@ bool Spawned::wait_for_text(const std::string& needle,
 
 long Spawned::wait_for_count(const std::string& needle, long count,
                              std::chrono::milliseconds limit) const {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (true) {
-    const long seen = count_of(text(), needle);
-    if (seen >= count || std::chrono::steady_clock::now() >= deadline) return seen;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  long seen = 0;
+  static_cast<void>(eventually(
+      [&] {
+        seen = count_of(text(), needle);
+        return seen >= count;
+      },
+      limit, std::chrono::milliseconds(20)));
+  return seen;
 }
 
 long count_of(const std::string& text, const std::string& needle) {
@@ -203,14 +204,18 @@ long count_of(const std::string& text, const std::string& needle) {
 std::vector<ibv_wc> poll_completions(ibv_cq* cq, std::size_t count,
                                      std::chrono::milliseconds timeout) {
   std::vector<ibv_wc> got;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (got.size() < count && std::chrono::steady_clock::now() < deadline) {
-    ibv_wc wc[8];
-    const int n = ibv_poll_cq(cq, 8, wc);
-    if (n < 0) throw std::runtime_error("ibv_poll_cq failed");
-    got.insert(got.end(), wc, wc + n);
-    if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+  static_cast<void>(eventually(
+      [&] {
+        // Polled dry before a pause: a pause only when the CQ is empty.
+        for (int n = 1; n > 0 && got.size() < count;) {
+          ibv_wc wc[8];
+          n = ibv_poll_cq(cq, 8, wc);
+          if (n < 0) throw std::runtime_error("ibv_poll_cq failed");
+          got.insert(got.end(), wc, wc + n);
+        }
+        return got.size() >= count;
+      },
+      timeout, std::chrono::microseconds(100)));
   return got;
 }
 

@@ -1,11 +1,13 @@
 #include "tests/softroce/session_fixture.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <system_error>
 #include <string>
-#include <thread>
 #include <utility>
+
+#include "tests/support/testing.h"
 
 namespace ibev::testing {
 
@@ -37,12 +39,12 @@ Numbered::~Numbered() {
     made.swap(made_);
   }
   session.reset();
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  for (const auto& qp : made) {
-    while (!qp.expired() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(10ms);
-    }
-  }
+  static_cast<void>(eventually(
+      [&] {
+        return std::all_of(made.begin(), made.end(),
+                           [](const std::weak_ptr<QueuePair>& qp) { return qp.expired(); });
+      },
+      10s, 10ms));
   for (const auto& on : on_devices_) on->cq->close();
 }
 

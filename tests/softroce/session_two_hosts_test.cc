@@ -181,7 +181,7 @@ class Sender {
                 refused.add(e.what());
               }
             }
-            std::this_thread::sleep_for(20ms);
+            std::this_thread::sleep_for(20ms);  // a pace, not a wait: one every 20 ms
           }
         }) {}
   ~Sender() { stop(); }
@@ -233,7 +233,7 @@ BOOST_AUTO_TEST_CASE(a_pulled_cable_heals_and_every_message_arrives) {
 
   run_command("sysctl -qw net.ipv6.conf." + test_netdev2() + ".keep_addr_on_down=1");
   run_command("ip link set " + test_netdev2() + " down");
-  std::this_thread::sleep_for(2s);
+  std::this_thread::sleep_for(2s);  // the outage under test: a duration on purpose
   plug_in();
   BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 2, 30s), client.log.text());
   const auto up_again = Clock::now();
@@ -288,7 +288,12 @@ BOOST_AUTO_TEST_CASE(a_killed_peer_is_noticed_while_idle_and_its_restart_reconne
   const std::uint16_t port = peer->port();
   ClientSide client(port, kInterval);
   BOOST_REQUIRE_MESSAGE(client.log.wait_count("up", 1, 20s), client.log.text());
-  std::this_thread::sleep_for(kInterval * 4);  // idle, probes answered
+  // Idle, probes answered: no down meanwhile.
+  BOOST_TEST(stays_false_for(
+      [&] { return !client.log.starting_with("down").empty() || client.log.count("up") != 1u; },
+      kInterval * 4,
+      "four keepalive intervals send four probes; a keepalive that took an answered "
+      "connection down would do so within interval x misses, three of them"));
   BOOST_TEST(client.log.count("up") == 1u);
   BOOST_TEST(client.session->health().keepalive_stats().answered >= 2u);
 
@@ -401,7 +406,10 @@ BOOST_AUTO_TEST_CASE(a_deleted_device_is_let_go_and_the_session_heals_on_its_re_
   BOOST_TEST((old->loss() == DeviceLoss::kRemoved));
   BOOST_REQUIRE_MESSAGE(eventually([&] { return !client.log.starting_with("down").empty(); }),
                         client.log.text());
-  std::this_thread::sleep_for(1s);  // attempts fail: no device has the address
+  // Attempts fail: no device has the address.
+  BOOST_TEST(stays_false_for([&] { return client.log.count("up") != 1u; }, 1s,
+                             "attempts come 50 ms after the down, then at most 400 ms apart "
+                             "(quick_recovery): one that connected says up within the second"));
   BOOST_TEST(client.log.count("up") == 1u, client.log.text());
 
   run_command("rdma link add " + test_device() + " type rxe netdev " + test_netdev());

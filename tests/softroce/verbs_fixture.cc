@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/support/testing.h"
+
 namespace ibev::testing {
 
 Handler Recorder::as(const std::string& who) {
@@ -239,6 +241,8 @@ Workload::Workload(const std::shared_ptr<Device>& device, Executor executor,
       device,
       [this, &completions, &after_close](const CompletionBatch& batch) {
         if (this->device->context() == nullptr) ++after_close;
+        // A while on purpose, a duration and no condition: so that a
+        // removal finds the handler mid-call (verbs_fixture.h).
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
         std::lock_guard<std::mutex> lock(posting);
         for (const ibv_wc& wc : batch) {
@@ -273,11 +277,7 @@ void Workload::stop() {
 
 bool grows_by(const std::atomic<int>& counter, int more) {
   const int from = counter.load();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (counter.load() < from + more && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return counter.load() >= from + more;
+  return eventually([&] { return counter.load() >= from + more; });
 }
 
 }  // namespace ibev::testing

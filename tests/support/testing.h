@@ -1,6 +1,9 @@
 // What ibev's tests share: bounded waits on a condition (never a fixed sleep
-// as a guess), exceptions that must name what went wrong, and a counter a
-// test can wait on. Header-only; Boost.Test reports the checks.
+// as a guess), a proven absence that says why its window is enough,
+// exceptions that must name what went wrong, and a counter a test can wait
+// on. Header-only; Boost.Test reports the checks. eventually() holds the one
+// sleep of the tests' waits: a test sleeps itself only to let time pass on
+// purpose, and says so at the call.
 #ifndef IBEV_TESTS_SUPPORT_TESTING_H_
 #define IBEV_TESTS_SUPPORT_TESTING_H_
 
@@ -18,13 +21,27 @@ namespace ibev::testing {
 // The limit only bounds a failing test; the soft-RoCE VM (TCG) needs room.
 inline bool eventually(const std::function<bool()>& condition,
                        std::chrono::milliseconds limit = std::chrono::seconds(20),
-                       std::chrono::milliseconds every = std::chrono::milliseconds(5)) {
+                       std::chrono::microseconds every = std::chrono::milliseconds(5)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (!condition()) {
     if (std::chrono::steady_clock::now() > deadline) return condition();
     std::this_thread::sleep_for(every);
   }
   return true;
+}
+
+// Proves an absence: `condition` stayed false for all of `window`, looked at
+// every `every` (it fails as soon as it is true). `why` says why what must
+// not happen would have happened within `window` (a period, a timer's due
+// time, a path that takes microseconds); it is the failure's message.
+inline boost::test_tools::assertion_result stays_false_for(
+    const std::function<bool()>& condition, std::chrono::milliseconds window,
+    const std::string& why,
+    std::chrono::microseconds every = std::chrono::milliseconds(5)) {
+  if (!eventually(condition, window, every)) return true;
+  boost::test_tools::assertion_result result(false);
+  result.message() << "became true within " << window.count() << " ms (" << why << ")";
+  return result;
 }
 
 // `call` throws an `Exception` whose what() mentions `fragment`.

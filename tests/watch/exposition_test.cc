@@ -19,18 +19,19 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
-#include <thread>
 
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/formats/prometheus_text.h>
 
 #include "apps/ibev_watch/exposition.h"
 #include "apps/ibev_watch/watch_metrics.h"
+#include "tests/support/testing.h"
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using ibev::MetricsText;
+using ibev::testing::eventually;
 using namespace std::chrono_literals;
 
 namespace {
@@ -138,10 +139,7 @@ BOOST_AUTO_TEST_CASE(the_textfile_is_written_at_once_and_again_on_change) {
       path, 1h, [&] { return "ibev_render " + std::to_string(++renders) + "\n"; }, {});
   BOOST_TEST(read_file(path) == "ibev_render 1\n");
   writer.changed();
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (read_file(path) != "ibev_render 2\n" && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(5ms);
-  }
+  eventually([&] { return read_file(path) == "ibev_render 2\n"; }, 10s);
   BOOST_TEST(read_file(path) == "ibev_render 2\n");
   std::ifstream leftover(path + ".tmp");
   BOOST_TEST(!leftover, "the temporary file was renamed, not left");
@@ -152,11 +150,7 @@ BOOST_AUTO_TEST_CASE(the_textfile_is_rewritten_every_period_without_change) {
   std::atomic<int> renders{0};
   ibev::watch::TextfileWriter writer(
       path, 20ms, [&] { return "ibev_render " + std::to_string(++renders) + "\n"; }, {});
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (renders < 3 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(5ms);
-  }
-  BOOST_TEST(renders >= 3);
+  BOOST_TEST(eventually([&] { return renders >= 3; }, 10s));
 }
 
 BOOST_AUTO_TEST_CASE(a_textfile_in_a_missing_folder_names_the_open_and_enoent) {

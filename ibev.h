@@ -22,11 +22,8 @@
 #include <ibev/core/event_type.h>
 #include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
-#include <ibev/core/fault_schedule.h>
 #include <ibev/core/handle.h>
 #include <ibev/core/health.h>
-#include <ibev/core/metrics_text.h>
-#include <ibev/core/recording.h>
 #include <ibev/core/recovery.h>
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/completions.h>
@@ -34,11 +31,14 @@
 #include <ibev/dispatch/event_wait.h>
 #include <ibev/dispatch/replay.h>
 #include <ibev/dispatch/worker_thread.h>
+#include <ibev/formats/fault_schedule.h>
+#include <ibev/formats/prometheus_text.h>
+#include <ibev/formats/recording.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/connection_health.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
-#include <ibev/verbs/metrics.h>
+#include <ibev/verbs/prometheus_counters.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/rc_endpoint.h>

@@ -4,6 +4,8 @@
 // the C filter, and the C enums that mirror the C++ ones.
 #include <ibev/ibev_c.h>
 
+#include <cstddef>
+#include <iterator>
 #include <string>
 
 #include <ibev/core/event.h>
@@ -55,15 +57,23 @@ ibev_event to_c(const ibev::Event& event) noexcept {
 }
 
 // The C enums mirror the C++ ones value for value: a cast between them is
-// the conversion.
+// the conversion. ibev_element_kind row for row with ibev::kElementKinds
+// (kCElementKinds, ibev_c_internal.h):
+static_assert(std::size(kCElementKinds) == ibev::kElementKinds.size(),
+              "ibev_element_kind has one enumerator per ibev::ElementKind");
+constexpr bool c_element_kinds_mirror() {
+  for (std::size_t i = 0; i < ibev::kElementKinds.size(); ++i) {
+    if (static_cast<int>(kCElementKinds[i]) != static_cast<int>(ibev::kElementKinds[i].kind)) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(c_element_kinds_mirror(), "ibev_element_kind mirrors ibev::ElementKind");
+
+// The others, enumerator by enumerator.
 #define IBEV_C_MIRRORS(c_value, cpp_value) \
   static_assert(static_cast<int>(c_value) == static_cast<int>(cpp_value), #c_value)
-IBEV_C_MIRRORS(IBEV_ELEMENT_CQ, ibev::ElementKind::kCq);
-IBEV_C_MIRRORS(IBEV_ELEMENT_QP, ibev::ElementKind::kQp);
-IBEV_C_MIRRORS(IBEV_ELEMENT_SRQ, ibev::ElementKind::kSrq);
-IBEV_C_MIRRORS(IBEV_ELEMENT_WQ, ibev::ElementKind::kWq);
-IBEV_C_MIRRORS(IBEV_ELEMENT_PORT, ibev::ElementKind::kPort);
-IBEV_C_MIRRORS(IBEV_ELEMENT_DEVICE, ibev::ElementKind::kDevice);
 IBEV_C_MIRRORS(IBEV_SEVERITY_FATAL, ibev::Severity::kFatal);
 IBEV_C_MIRRORS(IBEV_SEVERITY_ERROR, ibev::Severity::kError);
 IBEV_C_MIRRORS(IBEV_SEVERITY_INFORMATIONAL, ibev::Severity::kInformational);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -42,7 +43,8 @@ ibev::FailureSink failure_sink(ibev_failure_fn sink, void* context) {
 
 ibev::WaitTarget wait_target(const ibev_element_kind& kind, void* target) {
   if (target == nullptr) throw std::invalid_argument("target is NULL");
-  switch (enum_in_range<ibev_element_kind>(kind, IBEV_ELEMENT_DEVICE, "kind")) {
+  switch (enum_in_range<ibev_element_kind>(kind, static_cast<int>(std::size(kCElementKinds)) - 1,
+                                           "kind")) {
     case IBEV_ELEMENT_CQ:
       return static_cast<ibv_cq*>(target);
     case IBEV_ELEMENT_QP:

@@ -73,6 +73,13 @@ namespace ibev {
 namespace detail {
 namespace capi {
 
+// ibev_element_kind, in ibev::kElementKinds' order: a kind added there does
+// not compile until ibev_c.h has its enumerator and this list has it too
+// (ibev_c.cc's static_asserts).
+inline constexpr ibev_element_kind kCElementKinds[] = {IBEV_ELEMENT_CQ,   IBEV_ELEMENT_QP,
+                                                       IBEV_ELEMENT_SRQ,  IBEV_ELEMENT_WQ,
+                                                       IBEV_ELEMENT_PORT, IBEV_ELEMENT_DEVICE};
+
 // The one translation of a C++ failure: an errno value, and the thread's
 // last error naming the C function and what C++ said (ibev_c.cc).
 int failed(const char* api, const char* what, int error) noexcept;

@@ -1,3 +1,17 @@
+// Locking. A guard has no mutex of its own: entering and leaving are its two
+// atomics, sequentially consistent (call_guard.h says why that is enough),
+// and the stack of guards entered on a thread is that thread's alone. The
+// only locks here are the 16 wait stripes' mutexes, each shared by every guard
+// whose address lands on it, and each a leaf: wait_idle() holds its stripe's
+// across the condition wait (which releases it while asleep), and
+// release_one() of a closed guard takes it for an empty critical section
+// before notifying, so a leave cannot fall between a waiter's check and its
+// sleep. No stripe is held while another is, nor while a guarded call runs
+// (it runs between enter() and leave(), with nothing of this file held), nor
+// across any call out. Guards sharing a stripe wake each other's waiters,
+// which recheck their own count and sleep again. The rule for callers
+// (call_guard.h): wait_idle() waits for calls on other threads, so it must
+// not be called holding a lock that such a call may take.
 #include <ibev/core/call_guard.h>
 #include <ibev/core/thread_annotations.h>
 

@@ -26,21 +26,8 @@ OpaqueElement opaque_bits(const ibv_async_event& raw) noexcept {
 }
 
 std::string element_description(ElementKind kind) {
-  switch (kind) {
-    case ElementKind::kCq:
-      return "a CQ";
-    case ElementKind::kQp:
-      return "a QP";
-    case ElementKind::kSrq:
-      return "an SRQ";
-    case ElementKind::kWq:
-      return "a WQ";
-    case ElementKind::kPort:
-      return "a port number";
-    case ElementKind::kDevice:
-      return "no element (the device)";
-  }
-  return "an invalid element";
+  const ElementKindInfo* info = find_element_kind(kind);
+  return std::string(info != nullptr ? info->description : "an invalid element");
 }
 
 // The CQ/QP/SRQ/WQ address an element names, or nullptr for the others.
@@ -72,6 +59,24 @@ struct KindOf {
   ElementKind operator()(OpaqueElement) const noexcept { return ElementKind::kDevice; }
 };
 
+// The union member an Element stands for: each of its alternatives is one
+// member of ibv_async_event's `element` (or none of them).
+struct MemberOf {
+  ElementMember operator()(ibv_cq*) const noexcept { return ElementMember::kCq; }
+  ElementMember operator()(ibv_qp*) const noexcept { return ElementMember::kQp; }
+  ElementMember operator()(ibv_srq*) const noexcept { return ElementMember::kSrq; }
+  ElementMember operator()(ibv_wq*) const noexcept { return ElementMember::kWq; }
+  ElementMember operator()(Port) const noexcept { return ElementMember::kPortNum; }
+  ElementMember operator()(WholeDevice) const noexcept { return ElementMember::kNone; }
+  ElementMember operator()(OpaqueElement) const noexcept { return ElementMember::kNone; }
+};
+
+// The member an element of `kind` arrives in (kNone for an invalid kind).
+ElementMember member_of(ElementKind kind) noexcept {
+  const ElementKindInfo* info = find_element_kind(kind);
+  return info != nullptr ? info->member : ElementMember::kNone;
+}
+
 }  // namespace
 
 ElementKind kind_of(const Element& element) noexcept { return std::visit(KindOf{}, element); }
@@ -81,22 +86,29 @@ Event Event::from_async(ibv_context* device,
   const int code = code_of(raw);
   const EventTypeInfo* info = find_event_type(code);
   if (info == nullptr) return Event(device, code, opaque_bits(raw), false);
-  switch (info->element) {
-    case ElementKind::kCq:
-      return Event(device, code, raw.element.cq, false);
-    case ElementKind::kQp:
-      return Event(device, code, raw.element.qp, false);
-    case ElementKind::kSrq:
-      return Event(device, code, raw.element.srq, false);
-    case ElementKind::kWq:
-      return Event(device, code, raw.element.wq, false);
-    case ElementKind::kPort:
-      return Event(device, code, Port{raw.element.port_num}, false);
-    case ElementKind::kDevice:
-      break;
-  }
-  const DeviceLoss loss = code == IBV_EVENT_DEVICE_FATAL ? DeviceLoss::kFatal : DeviceLoss::kNone;
-  return Event(device, code, WholeDevice{}, false, loss);
+  // Read through the member the kind's row names (kElementKinds), and of
+  // the row's kind, which a kind sharing a member (a DCT is an ibv_qp) keeps.
+  Event event = [&] {
+    switch (member_of(info->element)) {
+      case ElementMember::kCq:
+        return Event(device, code, raw.element.cq, false);
+      case ElementMember::kQp:
+        return Event(device, code, raw.element.qp, false);
+      case ElementMember::kSrq:
+        return Event(device, code, raw.element.srq, false);
+      case ElementMember::kWq:
+        return Event(device, code, raw.element.wq, false);
+      case ElementMember::kPortNum:
+        return Event(device, code, Port{raw.element.port_num}, false);
+      case ElementMember::kNone:
+        break;
+    }
+    const DeviceLoss loss =
+        code == IBV_EVENT_DEVICE_FATAL ? DeviceLoss::kFatal : DeviceLoss::kNone;
+    return Event(device, code, WholeDevice{}, false, loss);
+  }();
+  event.kind_ = info->element;
+  return event;
 }
 
 Event Event::device_lost(ibv_context* device, DeviceLoss loss) noexcept {
@@ -121,7 +133,7 @@ Event Event::synthesize(ibv_context* device, int code, Element element) {
   const EventTypeInfo* info = find_event_type(code);
   const ElementKind want = info != nullptr ? info->element : ElementKind::kDevice;
   const std::string what = describe_event_code(code);
-  if (kind_of(element) != want) {
+  if (std::visit(MemberOf{}, element) != member_of(want)) {
     throw std::invalid_argument("Event::synthesize: " + what + " carries " +
                                 element_description(want) + ", not " +
                                 element_description(kind_of(element)));
@@ -139,7 +151,9 @@ Event Event::synthesize(ibv_context* device, int code, Element element) {
     throw std::invalid_argument("Event::synthesize: " + what +
                                 " is a known code; give WholeDevice");
   }
-  return Event(device, code, element, true);
+  Event event(device, code, element, true);
+  event.kind_ = want;
+  return event;
 }
 
 Event Event::synthesize(ibv_context* device, int code, ObjectNumber object) {

@@ -16,21 +16,8 @@ std::string enumerator_name(int code) {
 }
 
 std::string_view to_string(ElementKind kind) noexcept {
-  switch (kind) {
-    case ElementKind::kCq:
-      return "cq";
-    case ElementKind::kQp:
-      return "qp";
-    case ElementKind::kSrq:
-      return "srq";
-    case ElementKind::kWq:
-      return "wq";
-    case ElementKind::kPort:
-      return "port";
-    case ElementKind::kDevice:
-      return "device";
-  }
-  return "invalid";
+  const ElementKindInfo* info = find_element_kind(kind);
+  return info != nullptr ? info->name : "invalid";
 }
 
 std::string_view to_string(Severity severity) noexcept {

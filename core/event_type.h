@@ -27,10 +27,55 @@ namespace ibev {
 // What an async event's `element` names.
 enum class ElementKind : std::uint8_t { kCq, kQp, kSrq, kWq, kPort, kDevice };
 
+// The member of ibv_async_event's `element` union that carries an element
+// (rdma-core's union has these and no others), or none: a device event, or
+// a kind that only ever arrives named by number (ObjectNumber).
+enum class ElementMember : std::uint8_t { kCq, kQp, kSrq, kWq, kPortNum, kNone };
+
+// One row per ElementKind, in the enum's order: the one place a kind is
+// described. to_string(), the messages that name a kind, is_object(),
+// Event::from_async()'s read of the union, the recording's "scope" and the C
+// API's mirror all read it, so a new kind (a DCT, a DevX object) is its
+// enumerator, its row, and the C API's enumerator (docs/design.md, "Adding an
+// element kind").
+struct ElementKindInfo {
+  ElementKind kind;
+  std::string_view name;         // "cq": to_string(), a recording's "scope"
+  std::string_view description;  // "a CQ", in messages
+  bool object;                   // names an object (by address or number)
+  ElementMember member;          // where ibv_async_event carries it
+};
+
+inline constexpr std::array<ElementKindInfo, 6> kElementKinds{{
+    {ElementKind::kCq, "cq", "a CQ", true, ElementMember::kCq},
+    {ElementKind::kQp, "qp", "a QP", true, ElementMember::kQp},
+    {ElementKind::kSrq, "srq", "an SRQ", true, ElementMember::kSrq},
+    {ElementKind::kWq, "wq", "a WQ", true, ElementMember::kWq},
+    {ElementKind::kPort, "port", "a port number", false, ElementMember::kPortNum},
+    {ElementKind::kDevice, "device", "no element (the device)", false, ElementMember::kNone},
+}};
+
+namespace detail {
+constexpr bool kinds_are_indexed_by_kind() {
+  for (std::size_t i = 0; i < kElementKinds.size(); ++i) {
+    if (static_cast<std::size_t>(kElementKinds[i].kind) != i) return false;
+  }
+  return true;
+}
+}  // namespace detail
+static_assert(detail::kinds_are_indexed_by_kind(),
+              "kElementKinds[i] must describe ElementKind i");
+
+// The row of `kind`, or nullptr for a value outside the enum.
+constexpr const ElementKindInfo* find_element_kind(ElementKind kind) noexcept {
+  const auto index = static_cast<std::size_t>(kind);
+  return index < kElementKinds.size() ? &kElementKinds[index] : nullptr;
+}
+
 // True for the kinds that name an rdma-core object (CQ, QP, SRQ, WQ).
 constexpr bool is_object(ElementKind kind) noexcept {
-  return kind == ElementKind::kCq || kind == ElementKind::kQp ||
-         kind == ElementKind::kSrq || kind == ElementKind::kWq;
+  const ElementKindInfo* info = find_element_kind(kind);
+  return info != nullptr && info->object;
 }
 
 enum class Severity : std::uint8_t { kFatal, kError, kInformational, kUnknown };
@@ -120,7 +165,7 @@ std::string describe_event_code(int code);
 // For reports and recordings: the enumerator, or "unknown(20)".
 std::string enumerator_name(int code);
 
-// "cq", "qp", "srq", "wq", "port", "device".
+// Its row's name: "cq", "qp", "srq", "wq", "port", "device".
 std::string_view to_string(ElementKind kind) noexcept;
 // "fatal", "error", "informational", "unknown".
 std::string_view to_string(Severity severity) noexcept;

@@ -51,7 +51,7 @@ class ObjectKey {
  private:
   std::uintptr_t bits_ = 0;
 };
-static_assert(static_cast<std::uintptr_t>(ElementKind::kDevice) <= ObjectKey::kKindBits,
+static_assert(kElementKinds.size() - 1 <= ObjectKey::kKindBits,
               "every kind fits in an aligned address's low bits");
 
 // An object named by its number on its device (a QP or SRQ number, a DevX

@@ -1,4 +1,13 @@
 // Playing a recording into a Dispatcher (dispatch/replay.h).
+//
+// Locking. `mutex_` guards `stopping_` alone, and is a leaf: stop() holds it
+// to set the flag, and play()'s wait_until() holds it to read the flag and
+// across the timed wait on `wake_` (which releases it while asleep). Nothing
+// else runs under it: the Options' functions (device, object, change) and
+// Dispatcher::inject() (which resolves through the Registry's locks and
+// posts under the reactor's task lock) run with it released. So stop() may
+// be called from anywhere, a handler on the dispatching thread or one of the
+// Options' functions included, and it never waits for a delivery.
 #include <ibev/dispatch/replay.h>
 
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// ibev::Replay: plays a recording (core/recording.h; what `ibev-watch --json`
+// ibev::Replay: plays a recording (formats/recording.h; what `ibev-watch --json`
 // writes) into a Dispatcher through inject(), so that an application's own
 // handlers hear, in its CI and without RDMA hardware, what a real fabric did:
 //
@@ -23,7 +23,7 @@
 //
 // Timing: events are injected at their recorded distance from `origin` (by
 // default the first line's time; a schedule's to_recording() start, so that
-// its "5s" waits 5 s), divided by `speed` (replay_delay, core/recording.h);
+// its "5s" waits 5 s), divided by `speed` (replay_delay, formats/recording.h);
 // speed 0 injects them back to back. play() does not wait for delivery:
 // handlers run on the dispatching thread, in order.
 //
@@ -48,9 +48,9 @@
 #include <vector>
 
 #include <ibev/core/event.h>
-#include <ibev/core/recording.h>
 #include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/dispatcher.h>
+#include <ibev/formats/recording.h>
 
 namespace ibev {
 

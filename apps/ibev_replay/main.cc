@@ -5,8 +5,8 @@
 //   ibev-replay [-x SPEED] FILE                 (ibev-replay --help; man ibev-replay)
 //   ibev-replay --schedule [--real] [-x SPEED] FILE
 //
-// Printing reads the file with the library's own readers (core/recording.h,
-// core/fault_schedule.h), so a file it prints is one ibev::Replay plays; a
+// Printing reads the file with the library's own readers (formats/recording.h,
+// formats/fault_schedule.h), so a file it prints is one ibev::Replay plays; a
 // malformed one is refused with its line. --real runs the soft-RoCE
 // harness's commands (ip link, ip addr, rdma link) at each fault's time.
 #include <getopt.h>
@@ -28,8 +28,8 @@
 #include <variant>
 #include <vector>
 
-#include <ibev/core/fault_schedule.h>
-#include <ibev/core/recording.h>
+#include <ibev/formats/fault_schedule.h>
+#include <ibev/formats/recording.h>
 #include <ibev/version.h>
 
 extern char** environ;

@@ -15,7 +15,7 @@
 #include <boost/beast/http.hpp>
 
 #include <ibev/core/failure.h>
-#include <ibev/core/metrics_text.h>
+#include <ibev/formats/prometheus_text.h>
 
 namespace ibev::watch {
 

@@ -1,6 +1,6 @@
 // Where ibev-watch's metrics go: an HTTP endpoint Prometheus scrapes
 // (--metrics-listen) and a file node_exporter's textfile collector reads
-// (--metrics-textfile). Both take the text from `render` (metrics.h) when
+// (--metrics-textfile). Both take the text from `render` (watch_metrics.h) when
 // they need it, on a thread of their own, so a slow scraper or disk never
 // holds up the Dispatcher.
 //

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include <ibev/core/recording.h>
+#include <ibev/formats/recording.h>
 
 namespace ibev::watch {
 

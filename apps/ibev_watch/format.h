@@ -1,5 +1,5 @@
 // How ibev-watch prints an event for a person: one line. --json prints the
-// recording format instead (core/recording.h), one object per line.
+// recording format instead (formats/recording.h), one object per line.
 //
 // "2026-11-21T12:00:00.123456Z rxe0 port 1 IBV_EVENT_PORT_ERR (port error) error"
 // Object events name the object ("qp 0x..."), unknown codes print as

@@ -7,10 +7,11 @@
 // is re-added), through an ibev Dispatcher and DeviceClients: prints a line
 // when a device is added or removed and one per port and device event (see
 // format.h), or a journal entry (journal.h); it serves and writes Prometheus
-// metrics (metrics.h, exposition.h). It never holds up a device's delete: a removed device is let
-// go at once. SIGINT or SIGTERM ends it: events already queued are printed, then the counts
-// (--count), then it exits 0. Options and exit codes follow rdma-core's ibv_* tools: getopt_long,
-// usage errors exit 1.
+// metrics (watch_metrics.h, exposition.h). It never holds up a device's
+// delete: a removed device is let go at once. SIGINT or SIGTERM ends it:
+// events already queued are printed, then the counts (--count), then it
+// exits 0. Options and exit codes follow rdma-core's ibv_* tools:
+// getopt_long, usage errors exit 1.
 //
 // main() checks what there is to watch (explaining why not, when it cannot),
 // then starts the Dispatcher with a Watch (watch.h) registered as a device
@@ -31,9 +32,9 @@
 #include <ibev/verbs/device_clients.h>
 
 #include "apps/ibev_watch/exposition.h"
-#include "apps/ibev_watch/metrics.h"
 #include "apps/ibev_watch/options.h"
 #include "apps/ibev_watch/watch.h"
+#include "apps/ibev_watch/watch_metrics.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <utility>
 
-#include <ibev/core/recording.h>
+#include <ibev/formats/recording.h>
 
 #include "apps/ibev_watch/format.h"
 #include "apps/ibev_watch/journal.h"

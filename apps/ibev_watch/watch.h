@@ -1,7 +1,7 @@
 // What ibev-watch does with devices and their events: Watch is its device
 // client (each device, or each named one, listened to from when it is added
 // until it is removed), Printer writes the lines (format.h) or journal
-// entries (journal.h), WatchMetrics counts for Prometheus (metrics.h), and
+// entries (journal.h), WatchMetrics counts for Prometheus (watch_metrics.h), and
 // the counts are what --count prints at exit.
 //
 // A removed device is let go at once, so that its delete never waits for
@@ -34,7 +34,7 @@
 #include <ibev/verbs/device_clients.h>
 
 #include "apps/ibev_watch/format.h"
-#include "apps/ibev_watch/metrics.h"
+#include "apps/ibev_watch/watch_metrics.h"
 
 namespace ibev::watch {
 

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include <ibev/core/recording.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/replay.h>
+#include <ibev/formats/recording.h>
 
 #include "tests/support/testing.h"
 

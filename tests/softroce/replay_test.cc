@@ -15,9 +15,9 @@
 #include <variant>
 #include <vector>
 
-#include <ibev/core/fault_schedule.h>
-#include <ibev/core/recording.h>
 #include <ibev/dispatch/replay.h>
+#include <ibev/formats/fault_schedule.h>
+#include <ibev/formats/recording.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/queue_pair.h>
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include <ibev/core/recording.h>
+#include <ibev/formats/recording.h>
 
 #include "apps/ibev_watch/format.h"
 

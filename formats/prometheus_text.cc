@@ -1,6 +1,6 @@
 // The Prometheus text exposition format, version 0.0.4
 // (https://prometheus.io/docs/instrumenting/exposition_formats/).
-#include <ibev/core/metrics_text.h>
+#include <ibev/formats/prometheus_text.h>
 
 #include <charconv>
 #include <cmath>

@@ -18,8 +18,8 @@
 //   commands (ip link, ip addr, rdma link). qp-fatal has no real action.
 //
 // Thread-safety: free functions; any thread.
-#ifndef IBEV_CORE_FAULT_SCHEDULE_H_
-#define IBEV_CORE_FAULT_SCHEDULE_H_
+#ifndef IBEV_FORMATS_FAULT_SCHEDULE_H_
+#define IBEV_FORMATS_FAULT_SCHEDULE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include <ibev/core/recording.h>
+#include <ibev/formats/recording.h>
 
 namespace ibev {
 
@@ -58,4 +58,4 @@ std::vector<RecordedLine> to_recording(const std::vector<Fault>& faults,
 
 }  // namespace ibev
 
-#endif  // IBEV_CORE_FAULT_SCHEDULE_H_
+#endif  // IBEV_FORMATS_FAULT_SCHEDULE_H_

@@ -21,8 +21,8 @@
 // T is ISO 8601 UTC with microseconds. docs/operations.md says the same.
 //
 // Thread-safety: free functions; any thread.
-#ifndef IBEV_CORE_RECORDING_H_
-#define IBEV_CORE_RECORDING_H_
+#ifndef IBEV_FORMATS_RECORDING_H_
+#define IBEV_FORMATS_RECORDING_H_
 
 #include <chrono>
 #include <cstdint>
@@ -102,4 +102,4 @@ std::chrono::nanoseconds replay_delay(RecordingClock::duration gap, double speed
 
 }  // namespace ibev
 
-#endif  // IBEV_CORE_RECORDING_H_
+#endif  // IBEV_FORMATS_RECORDING_H_

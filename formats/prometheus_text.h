@@ -12,8 +12,8 @@
 // as a mistyped one would make the whole scrape fail in the server.
 //
 // Thread-safety: none; one writer on one stream.
-#ifndef IBEV_CORE_METRICS_TEXT_H_
-#define IBEV_CORE_METRICS_TEXT_H_
+#ifndef IBEV_FORMATS_PROMETHEUS_TEXT_H_
+#define IBEV_FORMATS_PROMETHEUS_TEXT_H_
 
 #include <cstdint>
 #include <ostream>
@@ -54,4 +54,4 @@ class MetricsText {
 
 }  // namespace ibev
 
-#endif  // IBEV_CORE_METRICS_TEXT_H_
+#endif  // IBEV_FORMATS_PROMETHEUS_TEXT_H_

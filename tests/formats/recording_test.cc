@@ -1,4 +1,4 @@
-// The recording format (core/recording.h): what ibev-watch --json writes
+// The recording format (formats/recording.h): what ibev-watch --json writes
 // reads back the same, element by element; a newer version and every kind of
 // malformed line are refused, naming the file and line.
 #define BOOST_TEST_MODULE ibev_recording
@@ -9,7 +9,7 @@
 #include <string>
 #include <variant>
 
-#include <ibev/core/recording.h>
+#include <ibev/formats/recording.h>
 
 using ibev::ElementKind;
 using ibev::Event;

@@ -1,4 +1,4 @@
-// The fault-injection schedule (core/fault_schedule.h): every fault reads, and
+// The fault-injection schedule (formats/fault_schedule.h): every fault reads, and
 // becomes the events a real one raises; malformed lines are refused with
 // their place.
 #define BOOST_TEST_MODULE ibev_fault_schedule
@@ -9,7 +9,7 @@
 #include <string>
 #include <variant>
 
-#include <ibev/core/fault_schedule.h>
+#include <ibev/formats/fault_schedule.h>
 
 using ibev::Fault;
 using namespace std::chrono_literals;

@@ -1,15 +1,15 @@
 // What ibev-watch exposes to Prometheus (docs/operations.md lists it): its
 // own families, counted from the events its listeners hear and the devices
 // its client sees come and go, kept by device name across a device's
-// removal and re-add, then the library's (verbs/metrics.h: the Registry's
+// removal and re-add, then the library's (verbs/prometheus_counters.h: the Registry's
 // counters, unclaimed events included, and each port's state and GIDs).
 //
 // Threads: event(), added() and removed() run on the Dispatcher's thread;
 // render() on a scraping thread (HTTP, the textfile writer). The mutex is a
 // leaf, held to update or copy, never across a call out; render() formats
 // a copy, so a scrape never holds up delivery or a device's removal.
-#ifndef IBEV_APPS_IBEV_WATCH_METRICS_H_
-#define IBEV_APPS_IBEV_WATCH_METRICS_H_
+#ifndef IBEV_APPS_IBEV_WATCH_WATCH_METRICS_H_
+#define IBEV_APPS_IBEV_WATCH_WATCH_METRICS_H_
 
 #include <atomic>
 #include <chrono>
@@ -65,4 +65,4 @@ class WatchMetrics {
 
 }  // namespace ibev::watch
 
-#endif  // IBEV_APPS_IBEV_WATCH_METRICS_H_
+#endif  // IBEV_APPS_IBEV_WATCH_WATCH_METRICS_H_

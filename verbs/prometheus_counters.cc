@@ -1,12 +1,12 @@
-// ibev's counters as Prometheus metrics (verbs/metrics.h).
-#include <ibev/verbs/metrics.h>
+// ibev's counters as Prometheus metrics (verbs/prometheus_counters.h).
+#include <ibev/verbs/prometheus_counters.h>
 
 #include <cstdint>
 #include <string>
 #include <utility>
 
-#include <ibev/core/metrics_text.h>
 #include <ibev/core/registry.h>
+#include <ibev/formats/prometheus_text.h>
 
 namespace ibev {
 namespace {

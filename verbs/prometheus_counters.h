@@ -1,5 +1,5 @@
 // ibev::write_metrics: ibev's in-process counters in the Prometheus text
-// format (core/metrics_text.h), for an application to serve on its own
+// format (formats/prometheus_text.h), for an application to serve on its own
 // /metrics endpoint (or write for node_exporter's textfile collector)
 // without ibev-watch:
 //
@@ -19,8 +19,8 @@
 // of a counter read and never waits for a handler, so it may run on the
 // dispatching thread or beside a device's removal, which it never delays.
 // A device closed meanwhile is left out.
-#ifndef IBEV_VERBS_METRICS_H_
-#define IBEV_VERBS_METRICS_H_
+#ifndef IBEV_VERBS_PROMETHEUS_COUNTERS_H_
+#define IBEV_VERBS_PROMETHEUS_COUNTERS_H_
 
 #include <memory>
 #include <ostream>
@@ -36,4 +36,4 @@ void write_metrics(std::ostream& out, const Dispatcher& dispatcher,
 
 }  // namespace ibev
 
-#endif  // IBEV_VERBS_METRICS_H_
+#endif  // IBEV_VERBS_PROMETHEUS_COUNTERS_H_

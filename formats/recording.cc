@@ -1,7 +1,8 @@
-// The recording format (core/recording.h): written and read in this one file.
-#include <ibev/core/recording.h>
+// The recording format (formats/recording.h): written and read in this one file.
+#include <ibev/formats/recording.h>
 
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -194,11 +195,13 @@ class LineReader {
 
   ElementKind scope() const {
     const std::string value = text("scope");
-    for (const ElementKind kind : {ElementKind::kCq, ElementKind::kQp, ElementKind::kSrq,
-                                   ElementKind::kWq, ElementKind::kPort, ElementKind::kDevice}) {
-      if (value == to_string(kind)) return kind;
+    std::string names;  // "cq, qp, srq, wq, port or device"
+    for (std::size_t i = 0; i < kElementKinds.size(); ++i) {
+      if (value == kElementKinds[i].name) return kElementKinds[i].kind;
+      names += (i == 0 ? "" : i + 1 < kElementKinds.size() ? ", " : " or ");
+      names += kElementKinds[i].name;
     }
-    fail("\"scope\" is not cq, qp, srq, wq, port or device: '" + value + "'");
+    fail("\"scope\" is not " + names + ": '" + value + "'");
   }
 
  private:

@@ -1,10 +1,10 @@
-// ibev-watch's metrics (metrics.h).
-#include "apps/ibev_watch/metrics.h"
+// ibev-watch's metrics (watch_metrics.h).
+#include "apps/ibev_watch/watch_metrics.h"
 
 #include <sstream>
 
-#include <ibev/core/metrics_text.h>
-#include <ibev/verbs/metrics.h>
+#include <ibev/formats/prometheus_text.h>
+#include <ibev/verbs/prometheus_counters.h>
 #include <ibev/version.h>
 
 #include "apps/ibev_watch/format.h"

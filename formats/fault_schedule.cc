@@ -1,5 +1,5 @@
-// The fault-injection schedule (core/fault_schedule.h).
-#include <ibev/core/fault_schedule.h>
+// The fault-injection schedule (formats/fault_schedule.h).
+#include <ibev/formats/fault_schedule.h>
 
 #include <cerrno>
 #include <cmath>

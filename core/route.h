@@ -143,7 +143,8 @@ class Snapshot {
 
   bool empty() const noexcept { return !only_ && (!several_ || several_->empty()); }
   // The newest subscriber not released, or null: a CM id's key has one
-  // (cm/cm_state.h), and a second only while a release whose unlink could
+  // (cm/cm_state.h), and a second only while it is rerouted (the new one is
+  // subscribed before the old is released) or a release whose unlink could
   // not allocate leaves its closed entry.
   std::shared_ptr<Sub> newest() const noexcept {
     if (only_) return only_->guard.closed() ? nullptr : only_;

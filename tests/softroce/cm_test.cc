@@ -44,6 +44,14 @@ struct Who {
 };
 const Who kSides[] = {{"client"}, {"server"}};
 
+// No event is logged after TIMEWAIT_EXIT.
+boost::test_tools::assertion_result nothing_after_timewait_exit(Lines& log) {
+  const std::string at_exit = log.text();
+  return stays_false_for([&] { return log.text() != at_exit; }, 200ms,
+                         "the channel hands out an id's events in order: one after "
+                         "TIMEWAIT_EXIT would be read within milliseconds of it");
+}
+
 }  // namespace
 
 BOOST_DATA_TEST_CASE(connect_exchange_and_disconnect_from_either_side, bdata::make(kSides),
@@ -71,11 +79,7 @@ BOOST_DATA_TEST_CASE(connect_exchange_and_disconnect_from_either_side, bdata::ma
   }
   BOOST_TEST(log.wait_count("client: TIMEWAIT_EXIT", 1, 20s), log.text());
   BOOST_TEST(log.wait_count("child0: TIMEWAIT_EXIT", 1, 20s), log.text());
-  // No event after TIMEWAIT_EXIT.
-  const std::string at_exit = log.text();
-  BOOST_TEST(stays_false_for([&] { return log.text() != at_exit; }, 200ms,
-                             "the channel hands out an id's events in order: one after "
-                             "TIMEWAIT_EXIT would be read within milliseconds of it"));
+  BOOST_TEST(nothing_after_timewait_exit(log));
   BOOST_TEST(joined(log.starting_with("client: ")) ==
                  "ADDR_RESOLVED, ROUTE_RESOLVED, ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
              log.text());
@@ -153,11 +157,7 @@ BOOST_AUTO_TEST_CASE(a_new_id_rerouted_on_its_request_hears_the_rest_in_its_new_
   client.id->disconnect();
   BOOST_TEST(log.wait_count("rerouted: TIMEWAIT_EXIT", 1, 20s), log.text());
   BOOST_TEST(log.wait_count("client: TIMEWAIT_EXIT", 1, 20s), log.text());
-  // No event after TIMEWAIT_EXIT, in either handler.
-  const std::string at_exit = log.text();
-  BOOST_TEST(stays_false_for([&] { return log.text() != at_exit; }, 200ms,
-                             "the channel hands out an id's events in order: one after "
-                             "TIMEWAIT_EXIT would be read within milliseconds of it"));
+  BOOST_TEST(nothing_after_timewait_exit(log));  // in either handler
   BOOST_TEST(joined(log.starting_with("rerouted: ")) == "ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
              log.text());
   BOOST_TEST(joined(log.starting_with("listener: ")) == "CONNECT_REQUEST", log.text());

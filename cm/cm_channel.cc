@@ -98,9 +98,9 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
     const bool made = reported_call(
         "CmId for a CONNECT_REQUEST",
         [&] {
-          const CmIdState& listener = *routed.to;
+          const CmRoute& listener = *routed.to;
           event.new_id = std::make_shared<CmId>(
-              CmId::Token{}, std::move(channel_object), raw.id, listener.callback,
+              CmId::Token{}, std::move(channel_object), raw.id, listener.handler,
               listener.executor ? *listener.executor : Executor{});
         },
         [&](Failure failure) { report(std::move(failure)); });
@@ -110,7 +110,7 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
       routed.refused = raw.id;
       return routed;
     }
-    event.id = routed.to->owner;
+    event.id = routed.to->state->owner;
     MutexLock lock(event.new_id->state_->mutex);
     event.new_id->state_->request = event.connection;
     return routed;
@@ -121,23 +121,24 @@ CmChannelState::Routed CmChannelState::resolve(rdma_cm_event& raw) noexcept {
     bump(stats.unrouted);
     return routed;
   }
-  event.id = routed.to->owner;
+  CmIdState& state = *routed.to->state;
+  event.id = state.owner;
   switch (raw.event) {
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
       // Before the ack: until then rdma_destroy_id cannot free the id.
-      establish(*routed.to, raw.id, event);
+      establish(state, raw.id, event);
       break;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
-      routed.to->device_removed = true;  // its close() lets librdmacm let go
+      state.device_removed = true;  // its close() lets librdmacm let go
       break;
     case RDMA_CM_EVENT_REJECTED:
     case RDMA_CM_EVENT_DISCONNECTED: {
-      MutexLock lock(routed.to->mutex);
-      if (routed.to->connect_error) {
+      MutexLock lock(state.mutex);
+      if (state.connect_error) {
         routed.to = nullptr;  // the handler heard CONNECT_ERROR already
         break;
       }
-      if (raw.event == RDMA_CM_EVENT_REJECTED && routed.to->qp) move_to_error(*routed.to->qp);
+      if (raw.event == RDMA_CM_EVENT_REJECTED && state.qp) move_to_error(*state.qp);
       break;
     }
     default:
@@ -185,7 +186,7 @@ void CmChannelState::deliver(const Routed& routed) noexcept {
   call(routed.to, routed.event, "CM event handler",
        [self = shared_from_this(), to = routed.to](Failure failure, const CmEvent& event) {
          failure.event_code = event.code;
-         failure.object = to->id.load();
+         failure.object = to->state->id.load();
          self->report(std::move(failure));
        });
 }

@@ -136,10 +136,29 @@ std::shared_ptr<CmId> CmId::create(std::shared_ptr<CmEventChannel> channel, CmHa
 
 CmId::CmId(Token, std::shared_ptr<CmEventChannel> channel, rdma_cm_id* id, CmHandler handler,
            Executor executor)
-    : channel_(std::move(channel)),
-      state_(std::make_shared<detail::CmIdState>(id, std::move(handler), std::move(executor))) {
+    : channel_(std::move(channel)), state_(std::make_shared<detail::CmIdState>(id)) {
   state_->owner = this;
-  routed_ = channel_->state_->ids.add(detail::CmIdKey(id), state_);
+  routed_ = route_to(std::move(handler), std::move(executor));
+}
+
+Handle CmId::route_to(CmHandler handler, Executor executor) {
+  return channel_->state_->ids.add(
+      detail::CmIdKey(get()),
+      std::make_shared<detail::CmRoute>(state_, std::move(handler), std::move(executor)));
+}
+
+// The new route first: an event resolved from then on finds it, the newest
+// (cm_state.h), and none finds neither. The old one's release is outside
+// the lock, which close() takes: its running call may be closing the id.
+void CmId::reroute(CmHandler handler, Executor executor) {
+  if (!handler) throw std::invalid_argument("CmId::reroute: the handler is empty");
+  Handle old;
+  {
+    detail::MutexLock lock(close_mutex_);
+    if (closing_.load()) throw_system_error("CmId::reroute", ENODEV);
+    old = std::exchange(routed_, route_to(std::move(handler), std::move(executor)));
+  }
+  old.release();
 }
 
 CmId::~CmId() { close(); }
@@ -163,10 +182,11 @@ void CmId::close() noexcept {
     // the subscription takes and waits for nothing of them
     // (core/process.h), and no other thread is left to race.
     if (closing_.exchange(true)) return;
-    routed_.release();
-    state_->id.store(nullptr);
-    // So are what those locks guard: touched without them here.
+    // So are what those locks guard: touched without them here (and no
+    // reroute() follows: closing_).
     [&]() IBEV_NO_THREAD_SAFETY_ANALYSIS {
+      routed_.release();
+      state_->id.store(nullptr);
       state_->qp.reset();
       closed_ = true;
     }();
@@ -176,18 +196,26 @@ void CmId::close() noexcept {
     // Another close() runs. From inside this id's handler, return (that one
     // waits for this call to end, unless it is this call); from anywhere
     // else, wait for it to finish and for the handler, as it does.
-    detail::CallGuard& guard = state_->guard;
-    if (guard.running_here()) return;
+    detail::CallGuard& calls = state_->calls;
+    if (calls.running_here()) return;
     detail::UniqueLock lock(close_mutex_);
     closed_changed_.wait(lock.native(), [this]() IBEV_REQUIRES(close_mutex_) { return closed_; });
     lock.unlock();
-    guard.wait_idle();
+    calls.wait_idle();
     return;
   }
   rdma_cm_id* id = get();
   // An event read from now on is not routed, and the handler has returned
-  // (unless this is it) and never runs again.
-  routed_.release();
+  // (unless this is it) and never runs again: by this route, or by one a
+  // reroute() is letting go of.
+  Handle routed;
+  {
+    detail::MutexLock lock(close_mutex_);
+    routed = std::move(routed_);
+  }
+  routed.release();
+  state_->calls.close();
+  state_->calls.wait_idle();
   {
     detail::MutexLock calls(channel_->state_->calls);
     state_->id.store(nullptr);

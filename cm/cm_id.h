@@ -16,9 +16,10 @@
 // Who hears what (cm/cm_event_type.h): an id's handler hears the events
 // naming it. A listener's handler hears CONNECT_REQUEST with the new id
 // already made (CmEvent::new_id): as in the kernel, the new id reports to
-// the listener's handler (and executor) from then on. Keep new_id to go on
-// with the connection (accept() or reject()); dropping it destroys the id,
-// and the kernel rejects the request.
+// the listener's handler (and executor) from then on, unless reroute() gives
+// it a handler of its own. Keep new_id to go on with the connection
+// (accept() or reject()); dropping it destroys the id, and the kernel
+// rejects the request.
 //
 // QPs. A connection's QP is an ibev QueuePair made by the application on an
 // ibev Device for the id's device (device_name(), known once the address is
@@ -200,6 +201,21 @@ class CmId {
   rdma_cm_id* get() const noexcept;
   void close() noexcept;
 
+  // The id's events go to `handler` (on `executor`; empty: the dispatching
+  // thread) from now on: each to the handler that was the id's when it was
+  // read, never to both. The old one is released with the wait rule of
+  // core/handle.h, so an event read for it but not run yet (queued on its
+  // executor, or read on the dispatching thread while this runs on another)
+  // is dropped, as a released handler's is; rerouted from a handler on the
+  // dispatching thread, an id whose old handler has no executor has none
+  // (so CmAcceptor gives a request's new id to its session). A reroute()
+  // and a close() made by two calls of the id's handlers running at once
+  // (an executor that runs calls in parallel) wait for each other, as two
+  // handlers releasing each other's handles do. Throws
+  // std::invalid_argument (empty handler) or std::system_error (ENODEV once
+  // closed).
+  void reroute(CmHandler handler, Executor executor = {});
+
   // Every call below throws std::system_error naming the librdmacm call and
   // its errno (ENODEV once closed), or std::invalid_argument for bad input.
 
@@ -250,6 +266,8 @@ class CmId {
     rdma_cm_id* id;
   };
   Locked lock_id(const char* verb) const;
+  // A route to `handler`, subscribed in the channel's table of ids.
+  Handle route_to(CmHandler handler, Executor executor);
 
  public:
   CmId(Token, std::shared_ptr<CmEventChannel> channel, rdma_cm_id* id, CmHandler handler,
@@ -257,12 +275,14 @@ class CmId {
 
  private:
   const std::shared_ptr<CmEventChannel> channel_;
-  const std::shared_ptr<detail::CmIdState> state_;  // what the channel routes to
+  const std::shared_ptr<detail::CmIdState> state_;  // what its routes share
   std::atomic<bool> closing_{false};  // the first close() does it; others wait
   detail::Mutex close_mutex_;
   std::condition_variable closed_changed_;
   bool closed_ IBEV_GUARDED_BY(close_mutex_) = false;  // the first close() is done
-  Handle routed_;        // in the channel's table of ids; released by the first close()
+  // Its route in the channel's table of ids: replaced by reroute(), released
+  // by the first close().
+  Handle routed_ IBEV_GUARDED_BY(close_mutex_);
 };
 
 }  // namespace ibev

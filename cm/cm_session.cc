@@ -5,9 +5,9 @@
 // heard() takes the id's CM events, and ESTABLISHED replaces the health's
 // QP, bringing the session up. A CM event of an id the session has moved
 // on from is not its news. Then the acceptor: a request is routed by the
-// session id in its private data's header, a child id's events by the id.
+// session id in its private data's header, and its new id rerouted there.
 //
-// Locking: CmAcceptorState::mutex, then CmLink::mutex (CmLink::owns), and
+// Locking: CmAcceptorState::mutex and CmLink::mutex, never both, and
 // nothing under either: no CM call, no health call, no callback and no id
 // closed (closing an id waits for its running handler, which may be waiting
 // for that lock).
@@ -21,7 +21,6 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
-#include <unordered_map>
 #include <utility>
 
 #include <ibev/core/failure.h>
@@ -103,10 +102,7 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
   void resolve(std::uint64_t at, const RecoveryAttempt& attempt) {
     try {
       auto next = CmId::create(
-          channel,
-          [weak = weak_from_this()](const CmEvent& event) {
-            if (auto self = weak.lock()) self->heard(event);
-          },
+          channel, hearing(),
           CmId::Options{RDMA_PS_TCP, executor});
       if (!adopt(at, next)) return next->close();
       next->resolve_addr(source ? &*source : nullptr, destination, resolve_timeout);
@@ -176,6 +172,13 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
       attempt.fail(why);
     } catch (const std::exception&) {
     }
+  }
+
+  // The handler of the session's ids (an acceptor's are rerouted to it).
+  CmHandler hearing() {
+    return [weak = weak_from_this()](const CmEvent& event) {
+      if (auto self = weak.lock()) self->heard(event);
+    };
   }
 
   // An event of the session's current id. A failure in handling it is a
@@ -372,11 +375,6 @@ struct CmLink : std::enable_shared_from_this<CmLink> {
   // Under the lock: attempt `at` is the one in progress.
   bool attempting(std::uint64_t at) const { return !closed && in_progress && in_progress->step() == at; }
 
-  bool owns(const CmId* on) {
-    std::lock_guard<std::mutex> lock(mutex);
-    return (current && current.get() == on) || (waiting && waiting.get() == on);
-  }
-
   const Role role;
   const std::shared_ptr<CmEventChannel> channel;
   const std::uint64_t id;
@@ -428,13 +426,9 @@ std::shared_ptr<ConnectionHealth> session_health(Dispatcher& dispatcher,
 }
 
 struct CmAcceptorState : std::enable_shared_from_this<CmAcceptorState> {
-  // A session by id, with the child ids routed to it.
-  struct Known {
-    std::weak_ptr<CmLink> link;
-    std::vector<const CmId*> ids;
-  };
-
-  // A request: for the live session it names, or a new one.
+  // A request: for the live session it names, or a new one. Its new id is
+  // rerouted to that session, whose events then reach it without passing
+  // here.
   void request(const CmEvent& event) {
     const auto named = id_of(event.private_data);
     if (!named) {
@@ -448,15 +442,11 @@ struct CmAcceptorState : std::enable_shared_from_this<CmAcceptorState> {
     std::shared_ptr<CmLink> link;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      auto found = connections.find(*named);
-      if (found != connections.end()) link = found->second.link.lock();
+      auto found = sessions.find(*named);
+      if (found != sessions.end()) link = found->second.lock();
     }
     if (link && link->live()) {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        auto found = connections.find(*named);
-        if (found != connections.end()) add_child(found->second, event.new_id.get());
-      }
+      event.new_id->reroute(link->hearing());
       return link->requested(event.new_id);
     }
     std::shared_ptr<CmSession> made;
@@ -484,11 +474,9 @@ struct CmAcceptorState : std::enable_shared_from_this<CmAcceptorState> {
           change_handler(named, change);
         },
         options.health);
+    request->reroute(link->hearing());
     std::lock_guard<std::mutex> lock(mutex);
-    Known& known = connections[named];
-    drop_children(known);
-    known.link = link;
-    add_child(known, request.get());
+    sessions[named] = link;
     return std::make_shared<CmSession>(CmSession::Token{}, link, health);
   }
 
@@ -496,62 +484,28 @@ struct CmAcceptorState : std::enable_shared_from_this<CmAcceptorState> {
     return !a.owner_before(b) && !b.owner_before(a);
   }
 
-  // Under the lock: an id's route, if it is still `known`'s (its address
-  // may be another session's newer id's by now).
-  void unroute(const Known& known, const CmId* id) {
-    auto found = children.find(id);
-    if (found != children.end() && same(found->second, known.link)) children.erase(found);
-  }
-
-  // Under the lock: `child` is the session's too; the ids it has let go of
-  // are not.
-  void add_child(Known& known, const CmId* child) {
-    auto link = known.link.lock();
-    auto kept = std::remove_if(known.ids.begin(), known.ids.end(), [&](const CmId* id) {
-      if (link && link->owns(id)) return false;
-      unroute(known, id);
-      return true;
-    });
-    known.ids.erase(kept, known.ids.end());
-    known.ids.push_back(child);
-    children[child] = known.link;
-  }
-
-  void drop_children(Known& known) {
-    for (const CmId* id : known.ids) unroute(known, id);
-    known.ids.clear();
-  }
-
   // The session `named` is failed or closed: a request naming it makes a
   // new one.
   void forget(std::uint64_t named, const std::weak_ptr<CmLink>& link) {
     std::lock_guard<std::mutex> lock(mutex);
-    auto found = connections.find(named);
-    if (found == connections.end() || !same(found->second.link, link)) {
+    auto found = sessions.find(named);
+    if (found == sessions.end() || !same(found->second, link)) {
       return;  // another session has the id now
     }
-    drop_children(found->second);
-    connections.erase(found);
+    sessions.erase(found);
   }
 
+  // The listener's events; a new id's reach here only until it is rerouted.
   void heard(const CmEvent& event) {
     if (event.code == RDMA_CM_EVENT_CONNECT_REQUEST) return request(event);
-    if (auto listening = listener.lock(); listening && listening.get() == event.id) {
-      if (event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-        // Closed, so the device can go; nothing is accepted here any more.
-        channel->dispatcher().registry().report(Failure::verb_failed(
-            "CmAcceptor", ENODEV, "the listener's device was removed: it listens no more"));
-        listening->close();
-      }
-      return;
+    auto listening = listener.lock();
+    if (listening && listening.get() == event.id &&
+        event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+      // Closed, so the device can go; nothing is accepted here any more.
+      channel->dispatcher().registry().report(Failure::verb_failed(
+          "CmAcceptor", ENODEV, "the listener's device was removed: it listens no more"));
+      listening->close();
     }
-    std::shared_ptr<CmLink> link;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      auto found = children.find(event.id);
-      if (found != children.end()) link = found->second.lock();
-    }
-    if (link) link->heard(event);
   }
 
   std::shared_ptr<CmEventChannel> channel;
@@ -559,11 +513,8 @@ struct CmAcceptorState : std::enable_shared_from_this<CmAcceptorState> {
   CmAcceptor::OnSession on_session;
   CmAcceptor::OnChange on_change;
   CmAcceptor::Options options;
-  std::mutex mutex;  // before a CmLink's
-  std::map<std::uint64_t, Known> connections;
-  // Each child id's session: an id's address is its own while it lives,
-  // and a new one's entry is written before any of its events is read.
-  std::unordered_map<const CmId*, std::weak_ptr<CmLink>> children;
+  std::mutex mutex;
+  std::map<std::uint64_t, std::weak_ptr<CmLink>> sessions;  // the newest of each id
 };
 
 }  // namespace detail
@@ -638,8 +589,8 @@ std::shared_ptr<CmAcceptor> CmAcceptor::listen(std::shared_ptr<CmEventChannel> c
   state->on_session = std::move(on_session);
   state->on_change = std::move(on_change);
   state->options = std::move(options);
-  // Held by the listener's handler, which its child ids' events reach too:
-  // a session is routed its events after the acceptor is closed.
+  // Held by the listener's handler, which a request's new id has too until
+  // it is rerouted to its session: the sessions go on without the acceptor.
   auto listener = CmId::create(channel, [state](const CmEvent& event) { state->heard(event); });
   state->listener = listener;
   listener->listen(address, state->options.backlog);
@@ -657,8 +608,8 @@ CmAddress CmAcceptor::local_address() const { return listener_->local_address();
 std::size_t CmAcceptor::sessions() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return static_cast<std::size_t>(
-      std::count_if(state_->connections.begin(), state_->connections.end(),
-                    [](const auto& entry) { return !entry.second.link.expired(); }));
+      std::count_if(state_->sessions.begin(), state_->sessions.end(),
+                    [](const auto& entry) { return !entry.second.expired(); }));
 }
 
 void CmAcceptor::close() noexcept { listener_->close(); }

@@ -1,8 +1,9 @@
 // Internal to cm/: what a CM id and its event channel share. A CmIdState is
-// one id's: a routing subscriber (core/route.h) with its QP and connection
-// state. A CmChannelState is one channel's: the ids routed on it, one
-// KeyedLists as the registry's objects are (CmId holds its subscription and
-// close() releases it), the lock librdmacm needs, the stats. cm_channel.cc
+// one id's QP and connection state; a CmRoute, the way to its handler: a
+// routing subscriber (core/route.h) with the id's state. A CmChannelState is
+// one channel's: the ids routed on it, one KeyedLists as the registry's
+// objects are (CmId holds its route's subscription, which reroute() replaces
+// and close() releases), the lock librdmacm needs, the stats. cm_channel.cc
 // serves the channel, cm_id.cc is CmId's calls, cm_qp.cc the CM's steps of
 // a QP.
 #ifndef IBEV_CM_CM_STATE_H_
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <ibev/cm/cm_id.h>
+#include <ibev/core/call_guard.h>
 #include <ibev/core/process.h>
 #include <ibev/core/route.h>
 #include <ibev/core/subscriber_lists.h>
@@ -26,14 +28,15 @@ namespace ibev::detail {
 
 IBEV_DECLARE_ATOMIC_STATS(CmAtomicStats, CmStats, IBEV_CM_STATS);
 
-// An id as its channel routes to it: the handler, its executor and its
-// guard (the Subscriber), and what the channel's steps need of the id.
-struct CmIdState : Subscriber<CmEvent> {
-  CmIdState(rdma_cm_id* cm_id, CmHandler handler, Executor executor)
-      : Subscriber(std::move(handler), AnyArg{}, std::move(executor)), id(cm_id) {}
+// What the channel's steps need of an id, whichever handler hears it.
+struct CmIdState {
+  explicit CmIdState(rdma_cm_id* cm_id) : id(cm_id) {}
 
   std::atomic<rdma_cm_id*> id;  // null once closed
   CmId* owner = nullptr;
+  // Entered by every call of the id's handler, by whichever route it came:
+  // close() waits on it, so also for a handler a reroute() is letting go of.
+  CallGuard calls;
 
   Mutex mutex;
   std::shared_ptr<QueuePair> qp IBEV_GUARDED_BY(mutex);  // given to connect() or accept()
@@ -43,6 +46,24 @@ struct CmIdState : Subscriber<CmEvent> {
   // A new id: what its CONNECT_REQUEST asked for.
   CmConnection request IBEV_GUARDED_BY(mutex);
   std::atomic<bool> device_removed{false};  // it heard DEVICE_REMOVAL
+};
+
+// An id as its channel routes to it: the handler, its executor and its
+// guard (the Subscriber), and the id's state. An id has one, and two while
+// it is rerouted: the new one is subscribed before the old is released, so
+// each event goes to one of them (the newest when it is resolved).
+struct CmRoute : Subscriber<CmEvent> {
+  CmRoute(std::shared_ptr<CmIdState> id_state, CmHandler h, Executor executor)
+      : Subscriber(
+            [this](const CmEvent& event) {
+              guarded_call(state->calls, [&] { handler(event); });
+            },
+            AnyArg{}, std::move(executor)),
+        state(std::move(id_state)),
+        handler(std::move(h)) {}
+
+  const std::shared_ptr<CmIdState> state;
+  const CmHandler handler;  // as given: a listener's new ids get it too
 };
 
 // The key of an id's state: its rdma_cm_id's address, which no other id has
@@ -69,13 +90,13 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
   // The last id is gone (each keeps the channel alive), and so is serving.
   ~CmChannelState() { rdma_destroy_event_channel(channel); }
 
-  // The id's state until its subscription is released; null after.
-  std::shared_ptr<CmIdState> find(const rdma_cm_id* id) const {
+  // The id's route until its subscription is released; null after.
+  std::shared_ptr<CmRoute> find(const rdma_cm_id* id) const {
     return ids.snapshot(CmIdKey(id)).newest();
   }
 
   struct Routed {
-    std::shared_ptr<CmIdState> to;  // null: nobody hears it
+    std::shared_ptr<CmRoute> to;  // null: nobody hears it
     CmEvent event;
     rdma_cm_id* refused = nullptr;  // a new id nobody listens for any more
   };
@@ -99,7 +120,7 @@ struct CmChannelState : std::enable_shared_from_this<CmChannelState> {
   // threads must not be in it for one id at once.
   Mutex calls;
 
-  KeyedLists<CmIdState, CmIdKey> ids;  // one subscriber a key
+  KeyedLists<CmRoute, CmIdKey> ids;  // one route a key (two while rerouted)
   Mutex mutex;
   std::vector<Handle> retries IBEV_GUARDED_BY(mutex);  // release_removed_devices() again, later
 };

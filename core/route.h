@@ -13,7 +13,9 @@
 //    newer object at the same address).
 //  - deliver() is the one guarded call: filter; skip if released; run inline
 //    or hand a task to the executor (a refusal is a failure); inside the
-//    guard; what the callback throws becomes a Failure for `report`.
+//    guard; what the callback throws becomes a Failure for `report`. Its
+//    executor hand-off, hand_to(), is also that of the fd and completion
+//    sources (dispatch/), which have no list.
 //  - unsubscribe() is the one release, the wait rule of core/handle.h:
 //    close (no call starts), unlink, wait for calls on other threads; in a
 //    forked child, a list inherited from the parent is left as it is.
@@ -70,25 +72,28 @@ struct Subscriber {
   const std::unique_ptr<const Executor> executor;
 };
 
-// Runs `callback` inside `guard` unless the guard is closed; returns whether
-// it ran. What it throws becomes a kHandlerThrew Failure naming `what_ran`,
-// handed to `report` (void(Failure), noexcept).
-template <typename Callback, typename Report>
-bool guarded_call(CallGuard& guard, const char* what_ran, Callback&& callback,
-                  const Report& report) noexcept {
+// Runs `call` inside `guard` unless the guard is closed (released); returns
+// whether it ran.
+template <typename Call>
+bool guarded_call(CallGuard& guard, const Call& call) noexcept {
   const auto entered = guard.enter();
-  if (!entered) return false;
-  reported_call(what_ran, callback, report);
-  return true;
+  if (entered) call();
+  return static_cast<bool>(entered);
 }
 
-// Hands the task `make_task()` returns to `executor`; returns false, and
+// The executor hand-off: hands `executor` a task that runs the call
+// `make_call()` returns inside `guard` (guarded_call), so not at all once
+// the guard is closed. make_call runs only here, never on a path without an
+// executor: the call holds what it needs where the executor runs it (its
+// owner, which keeps `guard`; copies of what it reads). Returns false, and
 // reports, when making it (its captures' copies) or the executor (refusing
 // it) threw. `what` names the task for the report ("a completion batch").
-template <typename MakeTask, typename Report>
-bool hand_to(const Executor& executor, const MakeTask& make_task, const char* what,
-             const Report& report) noexcept {
-  if (auto threw = exception_text([&] { executor(make_task()); })) {
+template <typename MakeCall, typename Report>
+bool hand_to(const Executor& executor, CallGuard& guard, const MakeCall& make_call,
+             const char* what, const Report& report) noexcept {
+  if (auto threw = exception_text([&] {
+        executor([&guard, call = make_call()]() noexcept { guarded_call(guard, call); });
+      })) {
     report(Failure::handler_threw("executor",
                                   std::string("the executor refused ") + what + ": " + *threw));
     return false;
@@ -107,13 +112,15 @@ bool call(const std::shared_ptr<Sub>& subscriber, const typename Sub::Argument& 
   if (!subscriber->filter.matches(arg) || subscriber->guard.closed()) return false;
   auto run = [](const std::shared_ptr<Sub>& subscriber, const typename Sub::Argument& arg,
                 const char* what_ran, const Report& report) noexcept {
-    return guarded_call(
-        subscriber->guard, what_ran, [&] { subscriber->callback(arg); },
+    reported_call(
+        what_ran, [&] { subscriber->callback(arg); },
         [&](Failure failure) { report(std::move(failure), arg); });
   };
-  if (!subscriber->executor) return run(subscriber, arg, what_ran, report);
+  if (!subscriber->executor) {
+    return guarded_call(subscriber->guard, [&] { run(subscriber, arg, what_ran, report); });
+  }
   return hand_to(
-      *subscriber->executor,
+      *subscriber->executor, subscriber->guard,
       [&] {
         return [subscriber, arg, what_ran, report, run]() noexcept {
           run(subscriber, arg, what_ran, report);
@@ -136,7 +143,8 @@ class Snapshot {
 
   bool empty() const noexcept { return !only_ && (!several_ || several_->empty()); }
   // The newest subscriber not released, or null: a CM id's key has one
-  // (cm/cm_state.h), and a second only while a release whose unlink could
+  // (cm/cm_state.h), and a second only while it is rerouted (the new one is
+  // subscribed before the old is released) or a release whose unlink could
   // not allocate leaves its closed entry.
   std::shared_ptr<Sub> newest() const noexcept {
     if (only_) return only_->guard.closed() ? nullptr : only_;

@@ -3,10 +3,10 @@
 //
 // BroadcastList, for device-wide lists (a device's listeners, the unclaimed
 // observers, device watchers and clients), is a Boost.Signals2 signal: slots
-// are kept in tiers (Signals2 groups), then registration order, and may be
-// connected and disconnected while the signal is being called. Taking a
-// snapshot calls the signal once, each live slot adding its subscriber; the
-// handlers run later, from the snapshot, never inside Signals2.
+// are kept in registration order, and may be connected and disconnected
+// while the signal is being called. Taking a snapshot calls the signal once,
+// each live slot adding its subscriber; the handlers run later, from the
+// snapshot, never inside Signals2.
 //
 // KeyedLists, for per-object lists (an event_handler per QP, a million of
 // them), keeps one subscriber inline per key and allocates a list only for a
@@ -37,9 +37,6 @@
 
 namespace ibev::detail {
 
-// Where a subscription sits in a BroadcastList, before registration order.
-enum class Tier : int { kFirst = -1, kNormal = 0, kLast = 1 };
-
 template <typename Sub>
 class BroadcastList {
  public:
@@ -48,12 +45,11 @@ class BroadcastList {
   // The slot holds its subscriber weakly: once the handle is released (and
   // no snapshot holds it), the callback and its captures are gone, although
   // Signals2 frees a disconnected slot only later.
-  Handle add(std::shared_ptr<Sub> subscriber, Tier tier = Tier::kNormal) {
-    auto connection = signal_->connect(
-        static_cast<int>(tier), [weak = std::weak_ptr<Sub>(subscriber)](List& out) {
-          auto live = weak.lock();
-          if (live && !live->guard.closed()) out.push_back(std::move(live));
-        });
+  Handle add(std::shared_ptr<Sub> subscriber) {
+    auto connection = signal_->connect([weak = std::weak_ptr<Sub>(subscriber)](List& out) {
+      auto live = weak.lock();
+      if (live && !live->guard.closed()) out.push_back(std::move(live));
+    });
     return subscription(std::move(subscriber),
                         [connection, process = process_](const Sub*) mutable {
                           if (process.inherited()) return false;  // the signal's lock may be held
@@ -62,7 +58,7 @@ class BroadcastList {
                         });
   }
 
-  // Who is subscribed now, not released, in tier then registration order.
+  // Who is subscribed now, not released, in registration order.
   Snapshot<Sub> snapshot() const {
     List live;
     (*signal_)(live);
@@ -71,8 +67,7 @@ class BroadcastList {
   }
 
  private:
-  using Signal =
-      boost::signals2::signal<void(List&), boost::signals2::optional_last_value<void>, int>;
+  using Signal = boost::signals2::signal<void(List&)>;
   // Held by pointer: a Signals2 signal cannot move, and the lists that hold
   // a BroadcastList (a device's state) are made once and shared.
   std::unique_ptr<Signal> signal_ = std::make_unique<Signal>();

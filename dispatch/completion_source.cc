@@ -463,12 +463,10 @@ void CqEntry::hand_over(ibv_wc* wcs, std::size_t n) noexcept {
     return;
   }
   hand_to(
-      *settings_.executor,
+      *settings_.executor, guard_,
       [&] {
         return [self = self_.lock(), copy = std::vector<ibv_wc>(wcs, wcs + n),
                 taken = std::move(taken)]() noexcept {
-          const auto entered = self->guard_.enter();
-          if (!entered) return;  // released meanwhile
           if (!copy.empty()) {
             self->call_handler(CompletionBatch{self->cq_, copy.data(), copy.size()});
           }

@@ -54,11 +54,9 @@ class FdSource final : public Source, public std::enable_shared_from_this<FdSour
     }
     set_interest(*reactor, 0);
     const bool handed = hand_to(
-        executor_,
+        executor_, guard(),
         [&] {
           return [self = shared_from_this(), revents]() noexcept {
-            const auto entered = self->guard().enter();
-            if (!entered) return;  // released meanwhile
             if (auto reactor = self->reactor_.lock()) {
               self->call(*reactor, revents);
               self->set_interest(*reactor, self->events_);

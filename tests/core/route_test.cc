@@ -1,5 +1,5 @@
 // The routing primitive every callback list of ibev is made of (core/route.h,
-// core/subscriber_lists.h): order and tiers, the snapshot rule, the wait rule
+// core/subscriber_lists.h): order, the snapshot rule, the wait rule
 // of core/handle.h, failures reported (never fatal), executors, and both
 // storages keeping the same semantics.
 #define BOOST_TEST_MODULE ibev_route
@@ -29,7 +29,6 @@ using ibev::detail::KeyedLists;
 using ibev::detail::ObjectKey;
 using ibev::detail::Order;
 using ibev::detail::Snapshot;
-using ibev::detail::Tier;
 using namespace std::chrono_literals;
 namespace data = boost::unit_test::data;
 
@@ -86,16 +85,6 @@ BOOST_DATA_TEST_CASE(calls_in_registration_order_or_reversed, kStorages * data::
   const std::vector<int> expected =
       reverse ? std::vector<int>{3, 2, 1} : std::vector<int>{1, 2, 3};
   BOOST_TEST(seen == expected, boost::test_tools::per_element());
-}
-
-BOOST_AUTO_TEST_CASE(tiers_come_before_registration_order) {
-  BroadcastList<Sub> list;
-  Handle last = list.add(writes(3), Tier::kLast);
-  Handle normal = list.add(writes(2));
-  Handle first = list.add(writes(1), Tier::kFirst);
-  std::vector<int> seen;
-  deliver(list.snapshot(), seen);
-  BOOST_TEST(seen == (std::vector<int>{1, 2, 3}), boost::test_tools::per_element());
 }
 
 // The one snapshot rule, for both storages: a snapshot is who was subscribed

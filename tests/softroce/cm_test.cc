@@ -1,8 +1,8 @@
 // rdma_cm through ibev's handlers, end to end on soft-RoCE: connections made
 // and torn down from either side, a listener's children hearing only their
-// own events, rejection with private data, a refused connect, ids destroyed
-// inside their handlers and from other threads, and rdma-core's rping as the
-// peer in both roles.
+// own events, a new id rerouted to a handler of its own, rejection with
+// private data, a refused connect, ids destroyed inside their handlers and
+// from other threads, and rdma-core's rping as the peer in both roles.
 #define BOOST_TEST_MODULE ibev_softroce_cm
 #include <endian.h>
 #include <sys/wait.h>
@@ -44,6 +44,14 @@ struct Who {
 };
 const Who kSides[] = {{"client"}, {"server"}};
 
+// No event is logged after TIMEWAIT_EXIT.
+boost::test_tools::assertion_result nothing_after_timewait_exit(Lines& log) {
+  const std::string at_exit = log.text();
+  return stays_false_for([&] { return log.text() != at_exit; }, 200ms,
+                         "the channel hands out an id's events in order: one after "
+                         "TIMEWAIT_EXIT would be read within milliseconds of it");
+}
+
 }  // namespace
 
 BOOST_DATA_TEST_CASE(connect_exchange_and_disconnect_from_either_side, bdata::make(kSides),
@@ -71,11 +79,7 @@ BOOST_DATA_TEST_CASE(connect_exchange_and_disconnect_from_either_side, bdata::ma
   }
   BOOST_TEST(log.wait_count("client: TIMEWAIT_EXIT", 1, 20s), log.text());
   BOOST_TEST(log.wait_count("child0: TIMEWAIT_EXIT", 1, 20s), log.text());
-  // No event after TIMEWAIT_EXIT.
-  const std::string at_exit = log.text();
-  BOOST_TEST(stays_false_for([&] { return log.text() != at_exit; }, 200ms,
-                             "the channel hands out an id's events in order: one after "
-                             "TIMEWAIT_EXIT would be read within milliseconds of it"));
+  BOOST_TEST(nothing_after_timewait_exit(log));
   BOOST_TEST(joined(log.starting_with("client: ")) ==
                  "ADDR_RESOLVED, ROUTE_RESOLVED, ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
              log.text());
@@ -122,6 +126,45 @@ BOOST_AUTO_TEST_CASE(each_new_id_of_a_listener_hears_its_own_events) {
   BOOST_TEST(log.starting_with("unknown: ").empty(), log.text());
   BOOST_TEST(log.text().find("wrong device") == std::string::npos, log.text());
   BOOST_TEST(channel->stats().connect_requests == static_cast<std::uint64_t>(kClients));
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+// A new id rerouted in its listener's handler (as CmAcceptor gives it to its
+// session): every later event of it reaches the new handler, none the
+// listener's; a closed id is not rerouted.
+BOOST_AUTO_TEST_CASE(a_new_id_rerouted_on_its_request_hears_the_rest_in_its_new_handler) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;
+  Messenger at_server(env);
+  std::shared_ptr<CmId> child;  // set on the dispatching thread, read after ESTABLISHED
+  auto listener = CmId::create(channel, [&](const CmEvent& event) {
+    log.add("listener: " + said(event));
+    if (event.code != RDMA_CM_EVENT_CONNECT_REQUEST) return;
+    child = event.new_id;
+    child->reroute([&](const CmEvent& heard) {
+      log.add("rerouted: " + said(heard));
+      if (heard.id != child.get()) log.add("rerouted: not the child's");
+      if (heard.code == RDMA_CM_EVENT_DISCONNECTED) heard.id->disconnect();
+    });
+    at_server.start(*child);
+    child->accept(at_server.endpoint.qp);
+  });
+  listener->listen(CmAddress::parse(cm_host(), 0), 8);
+  Client client(env, channel, log, "client", listener->local_address().port());
+  BOOST_REQUIRE_MESSAGE(log.wait_count("rerouted: ESTABLISHED", 1, 20s), log.text());
+  BOOST_REQUIRE_MESSAGE(log.wait_count("client: ESTABLISHED", 1, 20s), log.text());
+  client.id->disconnect();
+  BOOST_TEST(log.wait_count("rerouted: TIMEWAIT_EXIT", 1, 20s), log.text());
+  BOOST_TEST(log.wait_count("client: TIMEWAIT_EXIT", 1, 20s), log.text());
+  BOOST_TEST(nothing_after_timewait_exit(log));  // in either handler
+  BOOST_TEST(joined(log.starting_with("rerouted: ")) == "ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT",
+             log.text());
+  BOOST_TEST(joined(log.starting_with("listener: ")) == "CONNECT_REQUEST", log.text());
+  BOOST_TEST(channel->stats().unrouted == 0u);
+  child->close();
+  BOOST_CHECK_THROW(child->reroute([](const CmEvent&) {}), std::system_error);
+  BOOST_CHECK_THROW(listener->reroute({}), std::invalid_argument);
   BOOST_TEST(env.errors().empty(), env.failures.summary());
 }
 

@@ -23,8 +23,8 @@
 #include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
-#include <ibev/core/health.h>
-#include <ibev/core/recovery.h>
+#include <ibev/health/health.h>
+#include <ibev/health/recovery.h>
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/completions.h>
 #include <ibev/dispatch/dispatcher.h>

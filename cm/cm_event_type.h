@@ -24,7 +24,7 @@
 #include <string_view>
 
 #include <ibev/core/event_type.h>
-#include <ibev/core/health.h>
+#include <ibev/health/health.h>
 
 namespace ibev {
 
@@ -108,7 +108,7 @@ constexpr const CmEventTypeInfo* find_cm_event_type(int code) noexcept {
 std::string describe_cm_event_code(int code);
 
 // A CM event that means its connection carries no traffic, as a cause for
-// its ConnectionHealth (core/health.h; source kCmEvent): CONNECT_ERROR,
+// its ConnectionHealth (health/health.h; source kCmEvent): CONNECT_ERROR,
 // UNREACHABLE, REJECTED, DISCONNECTED, DEVICE_REMOVAL, TIMEWAIT_EXIT. Any
 // other code, unknown ones included, gives nothing.
 std::optional<HealthCause> health_cause_of_cm_event(int code);

@@ -6,7 +6,7 @@
 // the connection is made again through the CM, on a new id and a new QP, on
 // whatever device reaches the peer now (the old device removed, the peer
 // restarted): as NVMe-oF's host tears its queues down and reconnects them,
-// with the backoff, damping window and give_up_after of core/recovery.h
+// with the backoff, damping window and give_up_after of health/recovery.h
 // instead of a fixed reconnect_delay.
 //
 // The active side, CmSession::connect, resolves, connects and, once the CM
@@ -57,7 +57,7 @@
 #include <vector>
 
 #include <ibev/cm/cm_id.h>
-#include <ibev/core/health.h>
+#include <ibev/health/health.h>
 #include <ibev/verbs/connection_health.h>
 
 namespace ibev {

@@ -14,13 +14,13 @@ if (($# > 0)); then
   files=("$@")
 else
   cd "$root"
-  mapfile -t files < <(find core formats dispatch verbs cm capi apps -name '*.cc' | sort)
+  mapfile -t files < <(find core formats health dispatch verbs cm capi apps -name '*.cc' | sort)
 fi
 
 scratch=$(mktemp -d -t ibev-tsa.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 mkdir "$scratch/ibev"
-for package in core formats dispatch verbs cm; do ln -s "$root/$package" "$scratch/ibev/$package"; done
+for package in core formats health dispatch verbs cm; do ln -s "$root/$package" "$scratch/ibev/$package"; done
 ln -s "$root/capi/ibev_c.h" "$scratch/ibev/ibev_c.h"
 ln -s "$root/ibev.h" "$scratch/ibev/ibev.h"
 ln -s "$root/version.h" "$scratch/ibev/version.h"

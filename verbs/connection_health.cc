@@ -8,7 +8,7 @@
 // a change, when there is one, posted to the Dispatcher under that same
 // lock, so the handler hears the changes in the order they were made (the
 // posted task is the routing primitive's guarded call, core/route.h). The
-// change also steps the recovery ladder on (core/recovery.h), whose step is
+// change also steps the recovery ladder on (health/recovery.h), whose step is
 // the one staleness token; a down is supervised by recovery_steps.cc.
 //
 // Locking: health_core.h's: the core's mutex is a leaf but for

@@ -1,6 +1,6 @@
 // ibev::ConnectionHealth: one health signal for an RC connection (a QP with
 // its peer), given its handler at creation as every ibev handler is. The
-// states, causes and transitions are core/health.h's: the application hears
+// states, causes and transitions are health/health.h's: the application hears
 // one transition per change (up, down, recovering, failed), each with the
 // cause that made it, never one call per cause.
 //
@@ -50,7 +50,7 @@
 //
 // Recovery (Options::recovery, given a reconnect callback): reset in place,
 // supervised. When the connection goes down, ibev waits (backoff with
-// jitter, core/recovery.h; while its port is down, until PORT_ACTIVE), then
+// jitter, health/recovery.h; while its port is down, until PORT_ACTIVE), then
 // drains the QP (QueuePair::drain: every request posted before has
 // completed, flushed or not, and the CQ's handler has had it; causes heard
 // until now are the old connection's), resets it with a fresh PSN, moves the
@@ -108,8 +108,8 @@
 
 #include <ibev/core/executor.h>
 #include <ibev/core/handle.h>
-#include <ibev/core/health.h>
-#include <ibev/core/recovery.h>
+#include <ibev/health/health.h>
+#include <ibev/health/recovery.h>
 #include <ibev/core/thread_annotations.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/rc_endpoint.h>
@@ -137,7 +137,7 @@ class RecoveryAttempt {
 
   // 1 for an outage's first attempt.
   unsigned number() const noexcept;
-  // The recovery's step this attempt was made at (core/recovery.h): a later
+  // The recovery's step this attempt was made at (health/recovery.h): a later
   // attempt of the same connection has a larger one.
   std::uint64_t step() const noexcept;
   // What the outage began with.

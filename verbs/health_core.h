@@ -7,7 +7,7 @@
 //     listeners of its events, which are causes;
 //   - liveness (liveness.cc): the keepalive and the work-request deadlines,
 //     causes the connection hears about its peer;
-//   - recovery (recovery_steps.cc): carries out what core/recovery.h's
+//   - recovery (recovery_steps.cc): carries out what health/recovery.h's
 //     ladder decides, and nothing else.
 //
 // Locking: `mutex` is a leaf but for Dispatcher::post, which takes the
@@ -29,9 +29,9 @@
 #include <vector>
 
 #include <ibev/core/failure.h>
-#include <ibev/core/health.h>
+#include <ibev/health/health.h>
 #include <ibev/core/process.h>
-#include <ibev/core/recovery.h>
+#include <ibev/health/recovery.h>
 #include <ibev/core/route.h>
 #include <ibev/core/thread_annotations.h>
 #include <ibev/verbs/connection_health.h>

@@ -1,4 +1,4 @@
-// Recovery's steps: what core/recovery.h's ladder decides, carried out.
+// Recovery's steps: what health/recovery.h's ladder decides, carried out.
 // Nothing here decides: each step tells the ladder what happened (climb())
 // and does the one action it answers, stamped with the ladder's step; a
 // step whose stamp is no longer current does nothing.

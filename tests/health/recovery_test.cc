@@ -1,12 +1,12 @@
 // When a recovering connection tries again and when it gives up
-// (core/recovery.h): the backoff doubles to its cap and jitter only ever
+// (health/recovery.h): the backoff doubles to its cap and jitter only ever
 // shortens it, within its share; the damping window fails the down after
 // max_recoveries recoveries and forgets recoveries older than the window; an
 // outage gives up after give_up_after; a bad policy is refused by name.
 // The ladder (RecoveryLadder) turns what happened into one action each,
 // stamped with its step: every rung of an outage, replayed without threads.
 #define BOOST_TEST_MODULE ibev_recovery
-#include <ibev/core/recovery.h>
+#include <ibev/health/recovery.h>
 
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>

@@ -1,8 +1,8 @@
-// A connection's health (core/health.h): which events, completions and CM
+// A connection's health (health/health.h): which events, completions and CM
 // events are causes, every state's answer to every move, and one transition per change
 // however many causes come.
 #define BOOST_TEST_MODULE ibev_health
-#include <ibev/core/health.h>
+#include <ibev/health/health.h>
 
 #include <ibev/cm/cm_event_type.h>
 

@@ -25,8 +25,8 @@
 // does nothing. verbs/recovery_steps.cc only carries the actions out.
 //
 // Thread-safety: values; one owner serializes their calls.
-#ifndef IBEV_CORE_RECOVERY_H_
-#define IBEV_CORE_RECOVERY_H_
+#ifndef IBEV_HEALTH_RECOVERY_H_
+#define IBEV_HEALTH_RECOVERY_H_
 
 #include <chrono>
 #include <cstdint>
@@ -36,7 +36,7 @@
 #include <string>
 #include <string_view>
 
-#include <ibev/core/health.h>
+#include <ibev/health/health.h>
 
 namespace ibev {
 
@@ -194,4 +194,4 @@ class RecoveryLadder {
 
 }  // namespace ibev
 
-#endif  // IBEV_CORE_RECOVERY_H_
+#endif  // IBEV_HEALTH_RECOVERY_H_

@@ -1,4 +1,4 @@
-#include <ibev/core/recovery.h>
+#include <ibev/health/recovery.h>
 
 #include <algorithm>
 #include <stdexcept>

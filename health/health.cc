@@ -1,4 +1,4 @@
-#include <ibev/core/health.h>
+#include <ibev/health/health.h>
 
 #include <ostream>
 #include <utility>

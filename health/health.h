@@ -22,8 +22,8 @@
 //
 // Thread-safety: HealthState is a value; one owner serializes its calls
 // (ConnectionHealth does, under its lock).
-#ifndef IBEV_CORE_HEALTH_H_
-#define IBEV_CORE_HEALTH_H_
+#ifndef IBEV_HEALTH_HEALTH_H_
+#define IBEV_HEALTH_HEALTH_H_
 
 #include <infiniband/verbs.h>
 
@@ -110,4 +110,4 @@ class HealthState {
 
 }  // namespace ibev
 
-#endif  // IBEV_CORE_HEALTH_H_
+#endif  // IBEV_HEALTH_HEALTH_H_

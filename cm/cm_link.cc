@@ -46,9 +46,7 @@ void CmLink::attempt(const RecoveryAttempt& next) {
 
 void CmLink::resolve(std::uint64_t at, const RecoveryAttempt& attempt) {
   try {
-    auto next = CmId::create(
-        channel, hearing(),
-        CmId::Options{RDMA_PS_TCP, executor});
+    auto next = CmId::create(channel, hearing(), CmId::Options{RDMA_PS_TCP, executor});
     if (!adopt(at, next)) return next->close();
     next->resolve_addr(source ? &*source : nullptr, destination, resolve_timeout);
   } catch (const std::exception& e) {
@@ -56,7 +54,8 @@ void CmLink::resolve(std::uint64_t at, const RecoveryAttempt& attempt) {
   }
 }
 
-void CmLink::accept(std::uint64_t at, std::shared_ptr<CmId> request, const RecoveryAttempt& attempt) {
+void CmLink::accept(std::uint64_t at, std::shared_ptr<CmId> request,
+                    const RecoveryAttempt& attempt) {
   try {
     if (!adopt(at, request)) return;  // dropped: rejected
     auto qp = made(*request, attempt);
@@ -101,7 +100,8 @@ void CmLink::settled(std::uint64_t at) noexcept {
   std::swap(timer, connect_timer);
 }  // released after the lock
 
-void CmLink::fail(std::uint64_t at, const RecoveryAttempt& attempt, const std::string& why) noexcept {
+void CmLink::fail(std::uint64_t at, const RecoveryAttempt& attempt,
+                  const std::string& why) noexcept {
   settled(at);
   try {
     attempt.fail(why);
@@ -135,8 +135,7 @@ void CmLink::hear(const CmEvent& event) {
     if (closed) return;
     // A request not taken yet whose device is gone goes (so can the
     // device); whatever else it hears is the next attempt's to find.
-    if (waiting && waiting.get() == event.id &&
-        event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+    if (waiting && waiting.get() == event.id && event.code == RDMA_CM_EVENT_DEVICE_REMOVAL) {
       std::swap(gone, waiting);
     } else if (current && current.get() == event.id) {
       on = current;
@@ -147,9 +146,9 @@ void CmLink::hear(const CmEvent& event) {
   }
   if (gone) gone->close();
   if (!on) return;  // an id moved on from
-  const std::string what = event.name() + (event.status != 0
-                                               ? " (status " + std::to_string(event.status) + ")"
-                                               : std::string());
+  const std::string what =
+      event.name() +
+      (event.status != 0 ? " (status " + std::to_string(event.status) + ")" : std::string());
   try {
     switch (event.code) {
       case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -175,8 +174,8 @@ void CmLink::hear(const CmEvent& event) {
     return;
   }
   // A cause: during an attempt, the attempt's failure; else the health's.
-  const bool error = event.code == RDMA_CM_EVENT_ADDR_ERROR ||
-                     event.code == RDMA_CM_EVENT_ROUTE_ERROR;
+  const bool error =
+      event.code == RDMA_CM_EVENT_ADDR_ERROR || event.code == RDMA_CM_EVENT_ROUTE_ERROR;
   auto cause = health_cause_of_cm_event(event.code);
   if (!cause && !error) return;
   if (attempt) return fail(at, *attempt, what);
@@ -187,7 +186,7 @@ void CmLink::hear(const CmEvent& event) {
 }
 
 void CmLink::established(std::uint64_t at, const std::shared_ptr<CmId>& on,
-                 const std::optional<RecoveryAttempt>& attempt) {
+                         const std::optional<RecoveryAttempt>& attempt) {
   bool taken = false;
   if (attempt) {
     settled(at);
@@ -303,8 +302,8 @@ std::shared_ptr<ConnectionHealth> session_health(Dispatcher& dispatcher,
   };
   auto health = ConnectionHealth::create(
       dispatcher,
-      [weak = std::weak_ptr<CmLink>(link), on_change = std::move(on_change)](
-          const HealthChange& change) {
+      [weak = std::weak_ptr<CmLink>(link),
+       on_change = std::move(on_change)](const HealthChange& change) {
         if (change.to == ConnectionState::kFailed) {
           if (auto self = weak.lock()) self->close();
         }

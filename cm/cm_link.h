@@ -26,8 +26,8 @@ namespace detail {
 struct CmLink : std::enable_shared_from_this<CmLink> {
   enum class Role { kActive, kPassive };
 
-  CmLink(Role r, std::shared_ptr<CmEventChannel> c, std::uint64_t i, MakeQp m,
-         CmConnectOptions o, std::chrono::milliseconds t)
+  CmLink(Role r, std::shared_ptr<CmEventChannel> c, std::uint64_t i, MakeQp m, CmConnectOptions o,
+         std::chrono::milliseconds t)
       : role(r),
         channel(std::move(c)),
         id(i),

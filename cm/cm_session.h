@@ -30,7 +30,8 @@
 // connection established (between REP and RTU: its id destroyed before the
 // RTU reached it) rejects the RTU: the session, up on its side, goes down
 // once with REJECTED (consumer defined, status 28) where it would otherwise
-// hear DISCONNECTED; either is the peer gone, and recovery follows alike. Each attempt asks the application for its QP (MakeQp): the
+// hear DISCONNECTED; either is the peer gone, and recovery follows alike.
+// Each attempt asks the application for its QP (MakeQp): the
 // QP of that attempt's device, receives posted; the requests the last QP
 // did not deliver are the attempt's undelivered(), to send again or not.
 //
@@ -136,7 +137,8 @@ class CmSession {
   const std::shared_ptr<ConnectionHealth> health_;
 };
 
-// A CM listener whose requests are sessions (CmSession's passive side). Thread-safe; its callbacks run on the dispatching thread.
+// A CM listener whose requests are sessions (CmSession's passive side).
+// Thread-safe; its callbacks run on the dispatching thread.
 class CmAcceptor {
  public:
   // A session new to this acceptor, not up yet (its first attempt is

@@ -71,12 +71,13 @@ std::chrono::milliseconds RecoverySchedule::next_delay() {
   // it: no overflow however many attempts).
   auto base = policy_.first_delay.count();
   const auto cap = policy_.max_delay.count();
-  for (unsigned i = 0; i < outage_->attempts && base < cap; ++i) base = base > cap / 2 ? cap : base * 2;
+  for (unsigned i = 0; i < outage_->attempts && base < cap; ++i)
+    base = base > cap / 2 ? cap : base * 2;
   // A uniform share in [0, 1) from the engine's top 53 bits: the same on
   // every standard library, unlike std::uniform_real_distribution.
   const double share = static_cast<double>(random_() >> 11) * 0x1.0p-53;
-  const auto cut = static_cast<std::chrono::milliseconds::rep>(
-      static_cast<double>(base) * policy_.jitter * share);
+  const auto cut = static_cast<std::chrono::milliseconds::rep>(static_cast<double>(base) *
+                                                               policy_.jitter * share);
   return std::chrono::milliseconds(base - cut);
 }
 
@@ -179,7 +180,9 @@ RecoveryAction RecoveryLadder::next(const RecoveryInput& input, Clock::time_poin
       }
       RecoveryAction wait = act(Do::kWait);
       wait.outage_began = began;
-      if (!input.port_active) {
+      // The way back came (retry_now()) before this was supervised: it
+      // outranks what the port says now, as the wait for it would.
+      if (!input.port_active && !at_once) {
         phase_ = Phase::kWaitingPort;
         pending_ = decision.delay;
         // A QP to be replaced may be replaced on another port or device.
@@ -201,7 +204,7 @@ RecoveryAction RecoveryLadder::next(const RecoveryInput& input, Clock::time_poin
     // Drained: the QP reset (in place) or handed over, and the application's turn.
     case In::kDrained:
       if (!current(input.step) || phase_ != Phase::kDraining) return {};
-      phase_ = Phase::kConnecting;
+      phase_ = Phase::kHandingOver;
       return act(mode_ == Mode::kResetInPlace ? Do::kReset : Do::kReconnect);
     // In place, a wait held for the port starts; a QP to be replaced: the
     // way back is there now.
@@ -220,12 +223,18 @@ RecoveryAction RecoveryLadder::next(const RecoveryInput& input, Clock::time_poin
     case In::kRetryNow:
       switch (phase_) {
         case Phase::kDown:
-          soon_ = true;  // supervision to come waits for nothing
+        case Phase::kDraining:
+        case Phase::kHandingOver:
+          // Supervision to come (this attempt's, should it fail) waits for
+          // nothing; an attempt not yet recovering has nothing into the
+          // dead link to abort.
+          soon_ = true;
           return {};
         case Phase::kWaiting:
         case Phase::kWaitingPort: {
           pending_.reset();
           phase_ = Phase::kWaiting;
+          soon_ = true;  // and the next, should this one fail
           RecoveryAction wait = act(Do::kWait);
           wait.delay = std::chrono::milliseconds(0);
           return wait;
@@ -234,7 +243,6 @@ RecoveryAction RecoveryLadder::next(const RecoveryInput& input, Clock::time_poin
           soon_ = true;
           return act(Do::kAbort);
         case Phase::kIdle:
-        case Phase::kDraining:
           return {};
       }
       return {};

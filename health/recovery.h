@@ -142,7 +142,7 @@ class RecoveryLadder {
   // kResetInPlace keeps the QP (kReset); kReconnect brings a new one
   // (kReconnect), and while its port is down goes on trying every
   // max_delay, for the peer may be reached another way.
-  enum class Mode { kResetInPlace, kReconnect };  // int: ConnectionHealth::Options holds it (ABI)
+  enum class Mode : int { kResetInPlace, kReconnect };  // int: Options holds it (0.9.0's ABI)
 
   // Throws what RecoveryPolicy::validate throws. `was_up`: the connection
   // starts up (its first up later is then a recovery).
@@ -178,7 +178,8 @@ class RecoveryLadder {
     kWaiting,      // a wait for the next attempt
     kWaitingPort,  // the port is down: PORT_ACTIVE starts `pending_`
     kDraining,     // the attempt's drain
-    kConnecting,   // recovering: reset or replaced, the application connects
+    kHandingOver,  // drained: the QP being reset (or handed over), not yet recovering
+    kConnecting,   // recovering: the application connects
   };
   RecoveryAction act(RecoveryAction::Kind kind) const;
 

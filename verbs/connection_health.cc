@@ -283,22 +283,27 @@ std::shared_ptr<ConnectionHealth> ConnectionHealth::make(Dispatcher& dispatcher,
   const bool made = qp == nullptr;  // by its recovery: the first attempt, at once
   if (qp) {
     // The listeners hold the state weakly: it goes with the ConnectionHealth.
+    // Wired in as a replace's QP is, so what they hear before run_on counts.
+    {
+      detail::MutexLock lock(shared->mutex);
+      shared->incoming = qp;
+    }
     auto heard = shared->wire(qp, facts->port);
     detail::MutexLock lock(shared->mutex);
     shared->run_on(std::move(qp), facts->port, facts->signal_all, std::move(heard));
+    shared->incoming.reset();
   }
   if (keepalive.interval.count() > 0) {
-    keep(dispatcher.call_every(
-        keepalive.interval, [weak = std::weak_ptr<detail::HealthCore>(shared)] {
-          if (auto state = weak.lock()) state->liveness.tick();
-        }));
+    keep(dispatcher.call_every(keepalive.interval,
+                               [weak = std::weak_ptr<detail::HealthCore>(shared)] {
+                                 if (auto state = weak.lock()) state->liveness.tick();
+                               }));
   }
   if (options.deadline.count() > 0) {
-    keep(
-        dispatcher.call_every(std::max(options.deadline / 4, std::chrono::milliseconds(1)),
-                              [weak = std::weak_ptr<detail::HealthCore>(shared)] {
-                                if (auto state = weak.lock()) state->liveness.check_deadline();
-                              }));
+    keep(dispatcher.call_every(std::max(options.deadline / 4, std::chrono::milliseconds(1)),
+                               [weak = std::weak_ptr<detail::HealthCore>(shared)] {
+                                 if (auto state = weak.lock()) state->liveness.check_deadline();
+                               }));
   }
   if (made) {
     detail::MutexLock lock(shared->mutex);

@@ -108,9 +108,9 @@
 
 #include <ibev/core/executor.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/health/health.h>
 #include <ibev/health/recovery.h>
-#include <ibev/core/thread_annotations.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/rc_endpoint.h>
 

@@ -29,11 +29,11 @@
 #include <vector>
 
 #include <ibev/core/failure.h>
-#include <ibev/health/health.h>
 #include <ibev/core/process.h>
-#include <ibev/health/recovery.h>
 #include <ibev/core/route.h>
 #include <ibev/core/thread_annotations.h>
+#include <ibev/health/health.h>
+#include <ibev/health/recovery.h>
 #include <ibev/verbs/connection_health.h>
 
 namespace ibev {
@@ -44,11 +44,11 @@ using Mode = ConnectionHealth::Options::Recovery::Mode;
 using HealthSubscriber = Subscriber<HealthChange>;
 using ReconnectSubscriber = Subscriber<RecoveryAttempt>;
 
+struct HealthCore;
+
 // A recovery attempt, shared by the RecoveryAttempt copies the application
 // holds; the last to go settles it ("abandoned") unless connect(),
 // replace() or fail() did (recovery_steps.cc).
-struct HealthCore;
-
 struct Attempt {
   ~Attempt();
   // Marks it settled; throws EALREADY naming `verb` if it was.
@@ -190,7 +190,6 @@ struct HealthCore : std::enable_shared_from_this<HealthCore> {
 
     const Mode mode;
     const ConnectOptions connect_options;
-    const std::chrono::milliseconds give_up_after;
     std::shared_ptr<ReconnectSubscriber> reconnecter;  // null: no recovery
 
    private:

@@ -1,5 +1,8 @@
 // Recovery's steps: what health/recovery.h's ladder decides, carried out.
-// Nothing here decides: each step tells the ladder what happened (climb())
+// When to attempt, wait or give up is the ladder's; what is here is how to
+// do a step with the QP at hand (a QP to be replaced whose drain cannot be
+// made is replaced all the same; in place, a DEVICE_FATAL fails at once,
+// connection_health.cc). Each step tells the ladder what happened (climb())
 // and does the one action it answers, stamped with the ladder's step; a
 // step whose stamp is no longer current does nothing.
 //
@@ -26,10 +29,7 @@ namespace ibev {
 namespace detail {
 
 HealthCore::RecoverySteps::RecoverySteps(HealthCore& core, ConnectionHealth::Options& options)
-    : mode(options.recovery.mode),
-      connect_options(options.recovery.connect),
-      give_up_after(options.recovery.policy.give_up_after),
-      core_(core) {
+    : mode(options.recovery.mode), connect_options(options.recovery.connect), core_(core) {
   if (options.recovery.reconnect) {
     reconnecter = std::make_shared<ReconnectSubscriber>(std::move(options.recovery.reconnect),
                                                         AnyArg{}, options.executor);
@@ -73,10 +73,12 @@ void HealthCore::RecoverySteps::supervise(std::uint64_t at, RecoveryInput::Kind 
 void HealthCore::RecoverySteps::climb(const RecoveryInput& input, const std::string& why) {
   RecoveryAction action;
   std::optional<Failure> failed;
+  std::chrono::milliseconds give_up_after{0};
   {
     MutexLock lock(core_.mutex);
     if (!core_.ladder) return;
     action = core_.ladder->next(input, Clock::now());
+    give_up_after = core_.ladder->policy().give_up_after;
     switch (action.kind) {
       case RecoveryAction::Kind::kFail:
         failed = core_.fail_for_good(action.why);

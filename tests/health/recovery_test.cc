@@ -319,10 +319,10 @@ BOOST_AUTO_TEST_CASE(the_way_back_aborts_an_attempt_and_hurries_the_next) {
   BOOST_TEST(said(first.next({In::kWentDown, at, true}, t0)) == "wait 0 timed");
 }
 
-// The way back while an attempt waits starts it at once, and only it: the
-// attempt after it (this one failed) waits its backoff again. (0.9.0 kept
-// the hurry for the next supervision, which then waited nothing.)
-BOOST_AUTO_TEST_CASE(the_way_back_hurries_only_the_waiting_attempt) {
+// The way back while an attempt waits starts it at once, and the one after
+// it too should it fail; then the backoff again. The hurry ends with the
+// outage (0.9.0 carried it into the next outage's first attempt).
+BOOST_AUTO_TEST_CASE(the_way_back_hurries_this_outage_only) {
   const Clock::time_point t0;
   RecoveryLadder l = ladder();
   auto at = l.changed(ConnectionState::kDown, t0);
@@ -333,7 +333,34 @@ BOOST_AUTO_TEST_CASE(the_way_back_hurries_only_the_waiting_attempt) {
   BOOST_TEST(said(l.next({In::kWaited, wait.step}, t0 + 10ms)) == "drain");  // either timer
   BOOST_TEST(said(l.next({In::kWaited, now.step}, t0 + 10ms)) == "nothing");  // starts it once
   at = l.failed_early();
-  BOOST_TEST(said(l.next({In::kAttemptFailed, at, true}, t0 + 20ms)) == "wait 200");
+  BOOST_TEST(said(l.next({In::kAttemptFailed, at, true}, t0 + 20ms)) == "wait 0");
+  at = l.failed_early();
+  BOOST_TEST(said(l.next({In::kAttemptFailed, at, true}, t0 + 30ms)) == "wait 400");
+  // Hurried, then up: the next outage waits its first delay.
+  l.next({In::kRetryNow}, t0 + 40ms);
+  l.changed(ConnectionState::kUp, t0 + 50ms, true);
+  at = l.changed(ConnectionState::kDown, t0 + 60ms);
+  BOOST_TEST(said(l.next({In::kWentDown, at, true}, t0 + 60ms)) == "wait 100 timed");
+}
+
+// The way back before supervision outranks a port that still reads down
+// (it would start the wait held for PORT_ACTIVE); during the drain or the
+// reset it aborts nothing (nothing is into the dead link yet) but hurries
+// the next attempt, should this one fail.
+BOOST_AUTO_TEST_CASE(the_way_back_is_kept_until_it_can_act) {
+  const Clock::time_point t0;
+  RecoveryLadder l = ladder();
+  auto at = l.changed(ConnectionState::kDown, t0);
+  BOOST_TEST(said(l.next({In::kRetryNow}, t0)) == "nothing");
+  const auto wait = l.next({In::kWentDown, at, false}, t0);
+  BOOST_TEST(said(wait) == "wait 0 timed");
+  const auto drain = l.next({In::kWaited, wait.step}, t0);
+  BOOST_TEST(said(l.next({In::kRetryNow}, t0)) == "nothing");  // draining
+  BOOST_TEST(said(l.next({In::kDrained, drain.step}, t0)) == "reset");
+  BOOST_TEST(said(l.next({In::kRetryNow}, t0)) == "nothing");  // resetting, not yet recovering
+  l.changed(ConnectionState::kRecovering, t0);
+  at = l.changed(ConnectionState::kDown, t0 + 1ms);  // its connect threw
+  BOOST_TEST(said(l.next({In::kAttemptFailed, at, true}, t0 + 1ms)) == "wait 0");
 }
 
 // The ladder fails an outage by its clock (give_up_after) and a storm by

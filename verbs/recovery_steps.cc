@@ -188,10 +188,13 @@ void HealthCore::RecoverySteps::drain(std::uint64_t at) {
 // the application's reconnect with the attempt.
 void HealthCore::RecoverySteps::reconnect(std::uint64_t at) {
   auto made = std::make_shared<Attempt>();
-  made->qp = core_.current_qp();
-  if (!still(at)) {
-    made->settled = true;  // closed, or moved on meanwhile: the QP is not ours to reset
-    return;
+  {
+    MutexLock lock(core_.mutex);  // the QP and whether it is still ours, read together
+    made->qp = core_.qp;
+    if (!core_.current(at)) {
+      made->settled = true;  // closed, or moved on meanwhile: the QP is not ours to reset
+      return;
+    }
   }
   if (mode == Mode::kResetInPlace) {
     try {

@@ -108,6 +108,11 @@ BOOST_AUTO_TEST_CASE(the_peers_link_goes_down_mid_traffic_and_the_client_reconne
   // too; it is put back when the link returns.
   run_command("sysctl -qw net.ipv6.conf." + test_netdev2() + ".keep_addr_on_down=1");
   run_command("ip link set " + test_netdev2() + " down");
+  // Each report says when, so that a slow step (under TSan, say) shows.
+  const auto link_down = std::chrono::steady_clock::now();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point then) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - then).count();
+  };
   // What the client's side shows while the link is down, and after: the
   // outage under test (docs/softroce.md). The connection is not torn down
   // under the application meanwhile (checked again below).
@@ -123,7 +128,8 @@ BOOST_AUTO_TEST_CASE(the_peers_link_goes_down_mid_traffic_and_the_client_reconne
     ibv_qp_init_attr init{};
     ibv_query_qp(client->messenger.endpoint.qp->get(), &attr, IBV_QP_STATE, &init);
     BOOST_TEST_MESSAGE(
-        when << ": the client's QP in state " << attr.qp_state << "; its failed completions: ["
+        when << " (" << seconds_since(link_down) << " s after the link went down)"
+             << ": the client's QP in state " << attr.qp_state << "; its failed completions: ["
              << joined(client->messenger.log.starting_with("error ")) << "] and "
              << client->messenger.log.count("flushed") << " flushed; its QP events: ["
              << joined(client->messenger.endpoint.qp_events.starting_with(""))
@@ -175,6 +181,8 @@ BOOST_AUTO_TEST_CASE(the_peers_link_goes_down_mid_traffic_and_the_client_reconne
   // The application tears down and connects again.
   client.reset();  // the old id (its DREQ reaches the server's child) and QP
   BOOST_TEST(log.wait_count("child0: DISCONNECTED", 1, 30s), log.text());
+  BOOST_TEST_MESSAGE("the server's side disconnected " << seconds_since(link_down)
+                                                       << " s after the link went down");
   Client reconnected(client_env, client_channel, log, "again", server.port(),
                      std::vector<std::uint8_t>{1}, cm_host2(), cm_host());
   BOOST_REQUIRE_MESSAGE(log.wait_count("again: ESTABLISHED", 1, 30s), log.text());
@@ -184,6 +192,8 @@ BOOST_AUTO_TEST_CASE(the_peers_link_goes_down_mid_traffic_and_the_client_reconne
   reconnected.messenger.send("after the link came back");
   BOOST_TEST(child1->log.wait_count("received after the link came back", 1, 10s),
              child1->log.text());
+  BOOST_TEST_MESSAGE("reconnected and carrying messages " << seconds_since(link_down)
+                                                          << " s after the link went down");
   BOOST_TEST(client_env.errors().empty(), client_env.failures.summary());
   BOOST_TEST(server_env.errors().empty(), server_env.failures.summary());
 }

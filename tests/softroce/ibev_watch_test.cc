@@ -209,15 +209,20 @@ namespace {
 // The value of PromQL `query` as Prometheus answers it now (its HTTP API), or
 // "" when it has no sample.
 std::string prometheus_query(const std::string& query) {
+  // curl, not a Python one-liner: under TCG, Python's start-up per query
+  // made this case take 48 s; with curl it takes 27 s.
   std::string output;
-  run_capturing(
-      "/usr/bin/python3 -c 'import json, sys, urllib.parse, urllib.request; "
-      "r = json.load(urllib.request.urlopen(\"http://127.0.0.1:9390/api/v1/query?query=\" + "
-      "urllib.parse.quote(sys.argv[1]))); "
-      "print(\" \".join(s[\"value\"][1] for s in r[\"data\"][\"result\"]), end=\"\")' '" +
-          query + "'",
-      output);
-  return output;
+  run_capturing("curl -sS --max-time 10 -G --data-urlencode 'query=" + query +
+                    "' http://127.0.0.1:9390/api/v1/query",
+                output);
+  // Each sample of the answer's vector is "value":[TIME,"VALUE"].
+  static const std::regex sample(R"re("value":\[[-+.0-9eE]+,"([^"]*)"\])re");
+  std::string values;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), sample);
+       it != std::sregex_iterator(); ++it) {
+    values += (values.empty() ? "" : " ") + (*it)[1].str();
+  }
+  return values;
 }
 
 // ibev-watch's /metrics now.

@@ -10,6 +10,9 @@ _EACH = Label("//tools/softroce:run_each.sh")
 _GUEST_FILES = Label("//tools/softroce:guest_files")
 _BOOST_TEST = Label("//third_party:boost_test")
 
+# Ends one program's arguments in a suite's command line (run_each.sh).
+_NEXT = "--next-program--"
+
 def softroce_test(name, binary, devices = 1, args = [], data = [], size = "medium", tags = [], **kwargs):
     """A test target running `binary` against rdma_rxe.
 
@@ -58,27 +61,35 @@ def softroce_cc_binary(name, srcs, deps):
         deps = deps + [_BOOST_TEST],
     )
 
-def softroce_suite(name, binaries, devices = 1, **kwargs):
-    """One softroce_test running several test binaries in turn, in one VM.
+def softroce_suite(name, binaries = [], commands = [], devices = 1, data = [], **kwargs):
+    """One softroce_test running several test programs in turn, in one VM.
 
     A VM boot costs more than most soft-RoCE tests themselves under TCG: a
     suite of small tests pays for one. Put in a suite only tests that leave
     the devices as they found them (a test that flaps a link or re-adds a
     device restores it), and whose time together stays well inside the VM's
     timeout in the slowest configuration (TSan). One failure fails the
-    suite; its log names the binary.
+    suite; its log names the program.
 
     Args:
       name: the suite's name.
-      binaries: softroce_cc_binary labels, run in this order.
+      binaries: softroce_cc_binary labels, each run with no arguments.
+      commands: programs that take arguments, each a list: its label, then
+        its arguments ($(rootpath) of anything in data). They run after
+        binaries, in this order.
       devices: as softroce_test's.
+      data: more runfiles the commands use.
       **kwargs: passed to softroce_test.
     """
+    runs = [[b] for b in binaries] + commands
+    args = []
+    for run in runs:
+        args += ["$(rootpath %s)" % run[0]] + run[1:] + [_NEXT]
     softroce_test(
         name = name,
         binary = _EACH,
         devices = devices,
-        args = ["$(rootpath %s)" % b for b in binaries],
-        data = binaries,
+        args = args,
+        data = [run[0] for run in runs] + data,
         **kwargs
     )

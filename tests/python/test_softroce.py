@@ -2,7 +2,8 @@
 IBEV_TEST_NETDEV, as the soft-RoCE runner makes them): port events after a
 link flap, awaited from asyncio too; an SRQ limit event; a device removed and
 added again, heard by a client; a handler that raises; waits that time out;
-closed objects and a wait on the dispatching thread raising clearly; the
+closed objects and a wait on the dispatching thread raising clearly; a
+listener after its Dispatcher closed raising ENODEV; the
 example examples/python/watch.py printing a flap as JSON lines."""
 
 import asyncio
@@ -220,6 +221,17 @@ def test_closed_objects_and_a_wait_on_the_dispatching_thread_raise(dispatcher, d
     with pytest.raises(OSError) as raised:
         ibev.ProtectionDomain(device)
     assert raised.value.errno == errno.ENODEV
+
+
+def test_a_listener_after_the_dispatcher_closed_is_oserror_enodev(failures):
+    dispatcher = ibev.Dispatcher(on_failure=failures, stall_after=0)
+    device = ibev.Device.open(dispatcher, DEVICE)
+    dispatcher.close()  # nothing delivers to the device's listeners any more
+    with pytest.raises(OSError) as raised:
+        device.listen(print)
+    assert raised.value.errno == errno.ENODEV
+    assert "Dispatcher was destroyed" in str(raised.value)
+    device.close()
 
 
 def test_the_watch_example_prints_a_flap_as_json_lines():

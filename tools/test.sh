@@ -126,6 +126,9 @@ check thread-safety tools/thread_safety.sh
 # The installed package: tools/install.sh into a fresh prefix.
 prefix=$work/prefix
 check install env IBEV_WERROR=ON tools/install.sh "$prefix"
+# The installed unit runs the prefix's ibev-watch, not /usr/bin's.
+check install-unit grep -qx "ExecStart=$prefix/bin/ibev-watch .*" \
+  "$prefix/lib/systemd/system/ibev-watch.service"
 check exports tools/check_exports.sh "$prefix/lib/libibev.so"
 consumers "$prefix"
 

@@ -127,7 +127,8 @@ typedef void (*ibev_event_fn)(const struct ibev_event *event, void *context);
 
 // Which events a handler wants: `count` codes (0: every event that can reach
 // it), and for a device listener a port (0: every port). Device events
-// (DEVICE_FATAL, unknown codes) carry no port and pass any port.
+// (DEVICE_FATAL, unknown codes) carry no port and pass any port. A negative
+// code is EINVAL: no event has one.
 struct ibev_filter {
   const int *codes;
   size_t count;

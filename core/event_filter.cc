@@ -50,7 +50,13 @@ EventFilter& EventFilter::operator=(const EventFilter& other) {
 }
 
 void EventFilter::add(int code) {
-  if (code >= 0 && code < kMaskCodes) {
+  // ibv_event_type has no negative value and the kernel raises none: a
+  // handler waiting for one would wait for ever.
+  if (code < 0) {
+    throw std::invalid_argument("EventFilter: event code " + std::to_string(code) +
+                                " is negative; no event has one, so it would never match");
+  }
+  if (code < kMaskCodes) {
     mask_ |= std::uint64_t{1} << code;
     return;
   }
@@ -83,18 +89,11 @@ std::vector<int> EventFilter::types() const {
   // Every attach checks its filter's types: the default filter (all types)
   // costs nothing, a mask only its set bits.
   if (all_types_) return {};
-  static const std::vector<int> kNone;
-  const std::vector<int>& others = others_ ? *others_ : kNone;
   std::vector<int> codes;
-  for (int code : others) {
-    if (code < 0) codes.push_back(code);
-  }
   for (std::uint64_t bits = mask_; bits != 0; bits &= bits - 1) {
     codes.push_back(__builtin_ctzll(bits));
   }
-  for (int code : others) {
-    if (code >= kMaskCodes) codes.push_back(code);
-  }
+  if (others_) codes.insert(codes.end(), others_->begin(), others_->end());
   return codes;
 }
 

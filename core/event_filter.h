@@ -37,12 +37,13 @@ class EventFilter {
   EventFilter& operator=(EventFilter&&) noexcept = default;
   ~EventFilter() = default;
 
-  // Exactly these types. Throws std::invalid_argument when `types` is empty.
+  // Exactly these types. Throws std::invalid_argument when `types` is empty
+  // or names a negative code (no event has one: it would never match).
   EventFilter(std::initializer_list<ibv_event_type> types);
 
   // Exactly these codes, for codes the ibv_event_type of the rdma-core
   // headers in use does not name (EventFilter::of_codes({20})). Throws
-  // std::invalid_argument when `codes` is empty.
+  // std::invalid_argument when `codes` is empty or one is negative.
   static EventFilter of_codes(std::initializer_list<int> codes);
   // The same for `count` codes at `codes` (a set known at run time: the C
   // API's filter).
@@ -71,7 +72,7 @@ class EventFilter {
   // 24 bytes: a filter is kept in every subscription, one per QP and CQ.
   static constexpr int kMaskCodes = 64;
   std::uint64_t mask_ = 0;  // bit i: code i, for 0 <= i < kMaskCodes
-  // Any other code, sorted; null for rdma-core's (all below kMaskCodes),
+  // Any code from kMaskCodes on, sorted; null for rdma-core's (all below kMaskCodes),
   // so that copying a filter of rdma-core's codes allocates nothing.
   std::unique_ptr<const std::vector<int>> others_;
   std::int32_t port_ = 0;  // 0: every port

@@ -160,10 +160,12 @@ void bind_waiting(py::module_& m) {
       [](PyDispatcher& dispatcher, py::object target, std::optional<std::vector<int>> types,
          std::optional<int> port, double timeout, py::object done) -> py::object {
         const auto limit = seconds(timeout);
+        // Before the target: a filter that can never match is a ValueError
+        // whatever the wait is on.
+        EventFilter filter = event_filter(types, port);
         InUse d = dispatcher.use();
         const Target on = wait_target(target);
         require_served_by(*d, *on.registry, "wait_for");
-        EventFilter filter = event_filter(types, port);
         if (done.is_none()) {
           return py::cast(std::make_unique<PyEventWait>(*d, on, std::move(filter), limit));
         }

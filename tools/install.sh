@@ -7,7 +7,8 @@
 #   PREFIX/bin/ibev-watch            and share/man/man1/ibev-watch.1
 #   PREFIX/bin/ibev-softroce-run     runs a program against soft-RoCE
 #   PREFIX/share/doc/ibev/html/      the API reference (Doxygen; IBEV_DOCS=OFF skips it)
-#   PREFIX/share/man/man3, man7      ibev_*(3), one per main type, and ibev(7)
+#   PREFIX/share/man/man3, man7      ibev_*(3), one per main type, and ibev(7); the C API's
+#                                    ibev_c*(3), written from ibev_c.h (tools/c_man_pages.py)
 #   PREFIX/lib/python3/dist-packages/ibev/   the Python module (IBEV_PYTHON=OFF skips it)
 #
 #   tools/install.sh PREFIX

@@ -126,6 +126,9 @@ check thread-safety tools/thread_safety.sh
 # The installed package: tools/install.sh into a fresh prefix.
 prefix=$work/prefix
 check install env IBEV_WERROR=ON tools/install.sh "$prefix"
+# The installed unit runs the prefix's ibev-watch, not /usr/bin's.
+check install-unit grep -qx "ExecStart=$prefix/bin/ibev-watch .*" \
+  "$prefix/lib/systemd/system/ibev-watch.service"
 check exports tools/check_exports.sh "$prefix/lib/libibev.so"
 consumers "$prefix"
 
@@ -144,10 +147,12 @@ check package-contents bash -c "dpkg-deb -c $debs/libibev-dev_*.deb >'$work/dev.
   grep -q 'usr/share/doc/libibev-dev/CHANGELOG.md$' '$work/dev.list' &&
   grep -q 'usr/share/doc/libibev-dev/html/classibev_1_1Dispatcher.html$' '$work/dev.list' &&
   grep -q 'usr/share/man/man3/ibev_dispatcher.3.gz$' '$work/dev.list' &&
+  grep -q 'usr/share/man/man3/ibev_c_dispatcher.3.gz$' '$work/dev.list' &&
+  grep -q 'usr/share/man/man3/ibev_c.3.gz$' '$work/dev.list' &&
   grep -q 'usr/share/man/man7/ibev.7.gz$' '$work/dev.list' &&
   dpkg-deb -c $debs/ibev-tools_*.deb | grep -q 'lib/systemd/system/ibev-watch.service$' &&
   ! grep 'test_seams' '$work/dev.list' &&
-  echo 'libibev-dev: docs, API reference, man pages and examples (C too), no internal header; ibev-tools: the unit'"
+  echo 'libibev-dev: docs, API reference, man pages (C too) and examples (C too), no internal header; ibev-tools: the unit'"
 debs_installed=true
 check apt-install env DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
   "$debs/${runtime}"_*.deb "$debs"/libibev-dev_*.deb "$debs"/ibev-tools_*.deb \

@@ -229,13 +229,18 @@ void Device::close() noexcept {
   context_.close();
 }
 
-Dispatcher& Device::dispatcher() const {
-  if (const std::shared_ptr<Dispatcher> dispatcher = dispatcher_.lock()) return *dispatcher;
+std::shared_ptr<Dispatcher> Device::require_dispatcher(const char* verb) const {
+  if (std::shared_ptr<Dispatcher> dispatcher = dispatcher_.lock()) return dispatcher;
   throw std::system_error(ENODEV, std::generic_category(),
-                          "Device::dispatcher: " + name_ + "'s Dispatcher was destroyed");
+                          std::string(verb) + ": " + name_ + "'s Dispatcher was destroyed");
 }
 
+Dispatcher& Device::dispatcher() const { return *require_dispatcher("Device::dispatcher"); }
+
 Handle Device::on_event(EventFilter filter, Handler handler, Executor executor) {
+  // The Registry outlives the Dispatcher (this Device holds it), but nobody
+  // delivers to it any more: a listener added now could never run.
+  require_dispatcher("Device::on_event");
   return registry().listen(require_open("Device::on_event"), std::move(filter),
                            std::move(handler), std::move(executor));
 }

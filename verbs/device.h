@@ -37,7 +37,7 @@
 // Lifetime: the Device (and so whatever holds it: a memory region, a CQ) may
 // outlive its Dispatcher. It keeps the Dispatcher's Registry alive (inert
 // handles, failures to stderr); dropping or closing it then runs the destroy
-// verbs only, and dispatcher() throws ENODEV.
+// verbs only, and dispatcher() and on_event() throw ENODEV.
 #ifndef IBEV_VERBS_DEVICE_H_
 #define IBEV_VERBS_DEVICE_H_
 
@@ -104,7 +104,8 @@ class Device : public std::enable_shared_from_this<Device> {
   Registry& registry() const noexcept { return *registry_; }
 
   // A device-wide listener (ib_register_event_handler): port and device
-  // events that `filter` takes.
+  // events that `filter` takes. Throws std::system_error(ENODEV) once the
+  // Dispatcher is destroyed (nothing would deliver to it) or the device closed.
   Handle on_event(EventFilter filter, Handler handler, Executor executor = {});
 
   ibv_port_attr query_port(std::uint8_t port) const;
@@ -135,6 +136,8 @@ class Device : public std::enable_shared_from_this<Device> {
   // Every async event of the device reaches its handlers through here.
   void deliver(Delivery delivery);
   void refresh_port(std::uint8_t port) noexcept;
+  // The Dispatcher, or std::system_error(ENODEV) naming `verb` once destroyed.
+  std::shared_ptr<Dispatcher> require_dispatcher(const char* verb) const;
 
   const std::weak_ptr<Dispatcher> dispatcher_;
   const std::shared_ptr<Registry> registry_;  // before context_: outlives it

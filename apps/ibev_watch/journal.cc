@@ -1,10 +1,15 @@
 // ibev-watch's journal entries (journal.h).
 #include "apps/ibev_watch/journal.h"
 
+#include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <syslog.h>
+#include <unistd.h>
 #include <systemd/sd-journal.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +41,8 @@ std::string without_time(const std::string& line) {
 
 // One entry of "FIELD=value" strings (the identifier added); 0 or an errno.
 int send(std::vector<std::string> fields) {
+  // sd_journal_sendv returns 0 without sending when the socket is not there.
+  if (const int error = journal_reachable(); error != 0) return error;
   fields.emplace_back("SYSLOG_IDENTIFIER=ibev-watch");
   std::vector<iovec> entry;
   for (std::string& field : fields) entry.push_back({field.data(), field.size()});
@@ -44,6 +51,19 @@ int send(std::vector<std::string> fields) {
 }
 
 }  // namespace
+
+int journal_reachable(const char* socket) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (std::strlen(socket) >= sizeof(address.sun_path)) return ENAMETOOLONG;
+  std::strcpy(address.sun_path, socket);
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+  const int error = rc == 0 ? 0 : errno;
+  ::close(fd);
+  return error;
+}
 
 int journal_event(const Event& event, const std::string& device, Clock::time_point time) {
   std::vector<std::string> fields = {

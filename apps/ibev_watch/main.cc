@@ -13,8 +13,9 @@
 // exits 0. Options and exit codes follow rdma-core's ibv_* tools:
 // getopt_long, usage errors exit 1.
 //
-// main() checks what there is to watch (explaining why not, when it cannot),
-// then starts the Dispatcher with a Watch (watch.h) registered as a device
+// main() checks what there is to watch (explaining why not, when it cannot;
+// no device, even no RDMA in the kernel, is no failure without -d: it waits
+// for devices), then starts the Dispatcher with a Watch (watch.h) registered as a device
 // client and waits for a signal. The command line is options.h's.
 #include <signal.h>
 #include <unistd.h>
@@ -47,17 +48,18 @@ constexpr std::chrono::seconds kTextfilePeriod{10};
 // uverbs module makes and rdma-core reads, tells the two apart.
 bool kernel_has_rdma() { return access("/sys/class/infiniband_verbs", F_OK) == 0; }
 
+void explain_no_rdma() {
+  std::fputs(
+      "ibev-watch: this kernel has no RDMA support (no /sys/class/infiniband_verbs).\n"
+      "  Load the RDMA modules (modprobe ib_uverbs and a driver, e.g. rdma_rxe),\n"
+      "  or use a kernel built with InfiniBand/RDMA. In a container, the host's\n"
+      "  /sys/class/infiniband_verbs and /dev/infiniband must be visible.\n",
+      stderr);
+}
+
 // Why there is nothing to watch: no RDMA in the kernel, or no device.
 void explain_no_device() {
-  if (!kernel_has_rdma()) {
-    std::fputs(
-        "ibev-watch: this kernel has no RDMA support (no /sys/class/infiniband_verbs).\n"
-        "  Load the RDMA modules (modprobe ib_uverbs and a driver, e.g. rdma_rxe),\n"
-        "  or use a kernel built with InfiniBand/RDMA. In a container, the host's\n"
-        "  /sys/class/infiniband_verbs and /dev/infiniband must be visible.\n",
-        stderr);
-    return;
-  }
+  if (!kernel_has_rdma()) return explain_no_rdma();
   std::fputs(
       "ibev-watch: the kernel supports RDMA, but there is no RDMA device.\n"
       "  To make a soft-RoCE device over an Ethernet interface (as root):\n"
@@ -105,9 +107,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ibev-watch: cannot list RDMA devices: %s\n", e.what());
     return kCannotWatch;
   }
+  // With no device named, a host without RDMA (yet) is one with no device:
+  // ibev-watch waits for devices to come (modules loaded later, a card
+  // hot-plugged), as with none at all. Exiting instead made the unit's
+  // Restart=on-failure restart it every 5 s on every such host of a fleet.
   if (!kernel_has_rdma()) {
-    explain_no_device();
-    return kCannotWatch;
+    explain_no_rdma();
+    if (!options.devices.empty()) return kCannotWatch;
+    std::fputs("ibev-watch: waiting for RDMA devices to appear\n", stderr);
   }
   const std::vector<std::string> expected = options.devices.empty() ? present : options.devices;
 

@@ -59,8 +59,9 @@ constexpr char kHelp[] =
     "Exit status:\n"
     "  0  ended by SIGINT or SIGTERM\n"
     "  1  a usage error, or a metrics address or file that cannot be used\n"
-    "  2  no RDMA support in this kernel, a device named with -d that is not\n"
-    "     there, or a device that cannot be opened (the message says which)\n";
+    "  2  a device named with -d that is not there (or no RDMA support in this\n"
+    "     kernel), or a device that cannot be opened (the message says which);\n"
+    "     without -d, no device (even no RDMA yet) is waited for, not an error\n";
 
 [[noreturn]] void usage_error(const std::string& reason) {
   if (!reason.empty()) std::fprintf(stderr, "ibev-watch: %s\n", reason.c_str());

@@ -12,8 +12,8 @@ namespace ibev::watch {
 
 // Also: a metrics address or textfile that cannot be used.
 constexpr int kUsageError = 1;
-// No RDMA in the kernel, a device named with -d that is not there, or one
-// that cannot be opened.
+// A device named with -d that is not there (also: no RDMA in the kernel),
+// or one that cannot be opened. Without -d, no device is no failure.
 constexpr int kCannotWatch = 2;
 
 struct Options {

@@ -17,6 +17,9 @@ namespace ibev::watch {
 
 void Printer::begin() {
   if (output_ == Output::kJson) print(recording_header(Clock::now()));
+  if (output_ == Output::kJournal) {
+    if (const int error = journal_reachable(); error != 0) journaled(error, std::string());
+  }
 }
 
 void Printer::event(const Event& event, const std::string& device, Clock::time_point time) {
@@ -26,10 +29,7 @@ void Printer::event(const Event& event, const std::string& device, Clock::time_p
     case Output::kJson:
       return print(recording_line(event, device, time));
     case Output::kJournal:
-      if (const int error = journal_event(event, device, time); error != 0) {
-        refused(error, format_human(event, device, time));
-      }
-      return;
+      return journaled(journal_event(event, device, time), format_human(event, device, time));
   }
 }
 
@@ -40,11 +40,8 @@ void Printer::change(const Device& device, bool added, DeviceLoss loss, Clock::t
     case Output::kJson:
       return print(recording_change_line(device.name(), device.node(), added, loss, time));
     case Output::kJournal:
-      if (const int error = journal_change(device.name(), device.node(), added, loss, time);
-          error != 0) {
-        refused(error, format_change_human(device.name(), device.node(), added, loss, time));
-      }
-      return;
+      return journaled(journal_change(device.name(), device.node(), added, loss, time),
+                       format_change_human(device.name(), device.node(), added, loss, time));
   }
 }
 
@@ -54,10 +51,25 @@ void Printer::print(const std::string& line) {
   std::fflush(stdout);  // a line per event, even into a pipe
 }
 
-// Not dropped: said on stderr, which a service's unit also collects.
-void Printer::refused(int error, const std::string& line) {
+// Not dropped: printed as without --journal (a container's runtime keeps
+// stdout), and said once per stretch on stderr, not once per line.
+void Printer::journaled(int error, const std::string& line) {
   detail::MutexLock lock(mutex_);
-  std::fprintf(stderr, "ibev-watch: sd_journal_send: %s: %s\n", std::strerror(error), line.c_str());
+  if (error == 0) {
+    if (journal_lost_) std::fputs("ibev-watch: the systemd journal takes entries again\n", stderr);
+    journal_lost_ = false;
+    return;
+  }
+  if (!journal_lost_) {
+    std::fprintf(stderr,
+                 "ibev-watch: cannot write to the systemd journal (%s: %s); "
+                 "printing lines on stdout until it takes them\n",
+                 kJournalSocket, std::strerror(error));
+  }
+  journal_lost_ = true;
+  if (line.empty()) return;
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
 }
 
 // --- Counts ---

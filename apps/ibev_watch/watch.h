@@ -39,14 +39,18 @@
 namespace ibev::watch {
 
 // Where the lines go: stdout (human or JSON), or the systemd journal
-// (journal.h), where a line the journal refuses goes to stderr instead.
+// (journal.h). While there is no journal (a container, a host without
+// systemd, journald stopped) or it refuses an entry, the human line goes to
+// stdout instead: never dropped. Each such stretch is said once on stderr,
+// from the first line it touches (or from begin()), and its end too.
 enum class Output { kHuman, kJson, kJournal };
 
 class Printer {
  public:
   explicit Printer(Output output) : output_(output) {}
 
-  // The recording's header line, first (JSON only).
+  // The recording's header line, first (JSON only); with kJournal, says on
+  // stderr when there is no journal to write to.
   void begin();
 
   void event(const Event& event, const std::string& device, Clock::time_point time);
@@ -54,10 +58,13 @@ class Printer {
 
  private:
   void print(const std::string& line) IBEV_EXCLUDES(mutex_);
-  void refused(int error, const std::string& line) IBEV_EXCLUDES(mutex_);
+  // Journal entries: `error` from journal.h (0: taken), `line` the text
+  // printed when it was not.
+  void journaled(int error, const std::string& line) IBEV_EXCLUDES(mutex_);
 
   const Output output_;
   detail::Mutex mutex_;  // one line at a time
+  bool journal_lost_ IBEV_GUARDED_BY(mutex_) = false;
 };
 
 // Events seen, per device name and event, across a device's removals and

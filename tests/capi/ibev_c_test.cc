@@ -268,6 +268,18 @@ const BadCall kBadCalls[] = {
        const ibev_filter filter{nullptr, 2, 0};
        return made(ibev_listen(d, &device_stand_in, &filter, ignore, nullptr));
      }},
+    {"a filter of a negative code", "ibev_listen", EINVAL, "event code -1 is negative",
+     [](ibev_dispatcher* d) {
+       const int codes[] = {IBV_EVENT_PORT_ERR, -1};
+       const ibev_filter filter{codes, 2, 0};
+       return made(ibev_listen(d, &device_stand_in, &filter, ignore, nullptr));
+     }},
+    {"a wait for a negative code", "ibev_wait_for", EINVAL, "event code -5 is negative",
+     [](ibev_dispatcher* d) {
+       const int code = -5;
+       const ibev_filter filter{&code, 1, 0};
+       return made(ibev_wait_for(d, IBEV_ELEMENT_QP, &qp_stand_in, &filter, 100));
+     }},
     {"a filter on port -1", "ibev_listen", EINVAL, "port numbers start at 1",
      [](ibev_dispatcher* d) {
        const ibev_filter filter{nullptr, 0, -1};

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 #include <new>
 #include <mutex>
@@ -317,7 +318,7 @@ BOOST_AUTO_TEST_CASE(type_filters_select) {
 // (IBV_EVENT_DEVICE_SPEED_CHANGE is 20 from rdma-core 62 on); a listener can
 // ask for exactly them, by code, and hears nothing else.
 BOOST_DATA_TEST_CASE(a_listener_can_subscribe_to_codes_newer_than_this_build,
-                     bdata::make({20, 21, 63, 64, 100000, -7}), code) {
+                     bdata::make({20, 21, 63, 64, 100000}), code) {
   Registry registry;
   ibv_context device{};
   std::vector<int> heard;
@@ -337,8 +338,8 @@ BOOST_AUTO_TEST_CASE(a_newer_code_by_its_enum_value_is_accepted_too) {
   BOOST_TEST(filter.has_type(IBV_EVENT_PORT_ERR));
   BOOST_TEST(!filter.has_type(19));
   BOOST_TEST(filter.types() == (std::vector<int>{IBV_EVENT_PORT_ERR, 20}));
-  BOOST_TEST(EventFilter::of_codes({100000, 3, -2, 3}).types() ==
-             (std::vector<int>{-2, 3, 100000}));
+  BOOST_TEST(EventFilter::of_codes({100000, 3, 64, 3}).types() ==
+             (std::vector<int>{3, 64, 100000}));
 }
 
 BOOST_AUTO_TEST_CASE(an_object_hears_its_events_after_a_sibling_leaves) {
@@ -788,6 +789,17 @@ BOOST_AUTO_TEST_CASE(empty_and_invalid_filters) {
                  "empty set of event types");
   expect_invalid([] { EventFilter::of_codes({}); }, "empty set of event types");
   expect_invalid([] { EventFilter().on_port(0); }, "port numbers start at 1");
+}
+
+// No event has a negative code: a filter naming one would register a handler
+// (or a wait) that can never fire, so it is refused however it is spelled.
+BOOST_DATA_TEST_CASE(a_negative_event_code_is_refused,
+                     boost::unit_test::data::make({-1, -2, std::numeric_limits<int>::min()}),
+                     code) {
+  const std::string says = "event code " + std::to_string(code) + " is negative";
+  expect_invalid([code] { EventFilter::of_codes({code}); }, says);
+  expect_invalid([code] { EventFilter::of_codes({IBV_EVENT_PORT_ERR, code}); }, says);
+  expect_invalid([code] { EventFilter{static_cast<ibv_event_type>(code)}; }, says);
 }
 
 BOOST_AUTO_TEST_CASE(newer_codes_are_device_events_not_object_events) {

@@ -38,6 +38,10 @@ version=$(sed -n 's/^#define IBEV_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2
 # The public headers by the name a program includes: dispatch/dispatcher.h.
 declare -A public=()
 for header in "${headers[@]}"; do public[${header#./}]=$header; done
+# The C API's header is <ibev/ibev_c.h> (capi/'s include_prefix, no folder).
+for header in "${headers[@]}"; do
+  [[ $header == *capi/ibev_c.h ]] && public[ibev_c.h]=$header
+done
 declare -A page_names=()
 for page in "${pages[@]}"; do page_names[$(basename "$page")]=1; done
 

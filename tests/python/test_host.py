@@ -55,9 +55,11 @@ def test_a_device_that_is_not_there_is_oserror_enodev():
     (lambda d: ibev.wait_for(d, d, timeout=1), TypeError, "not Dispatcher"),
     (lambda d: ibev.DeviceClients(d).register("c", print, 5), TypeError, "callable"),
     (lambda d: ibev.RcEndpoint.from_wire(b"0000:zz"), ValueError, "not 51"),
+    (lambda d: ibev.wait_for(d, d, types=[-1], timeout=1), ValueError,
+     "event code -1 is negative"),
 ], ids=["open without a dispatcher", "a sink that is not callable", "a batch of 0",
         "a wait on a string", "a wait on a dispatcher", "a remove that is not callable",
-        "an endpoint that is not one"])
+        "an endpoint that is not one", "a wait for a negative event code"])
 def test_bad_input_raises_with_a_clear_message(call, exception, message):
     with ibev.Dispatcher() as dispatcher:
         with pytest.raises(exception, match=message):

@@ -2,7 +2,9 @@
 IBEV_TEST_NETDEV, as the soft-RoCE runner makes them): port events after a
 link flap, awaited from asyncio too; an SRQ limit event; a device removed and
 added again, heard by a client; a handler that raises; waits that time out;
-closed objects and a wait on the dispatching thread raising clearly; the
+closed objects and a wait on the dispatching thread raising clearly; a
+listener after its Dispatcher closed raising ENODEV; SIGINT at its default,
+so a KeyboardInterrupt can come; the
 example examples/python/watch.py printing a flap as JSON lines."""
 
 import asyncio
@@ -11,6 +13,7 @@ import faulthandler
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -220,6 +223,26 @@ def test_closed_objects_and_a_wait_on_the_dispatching_thread_raise(dispatcher, d
     with pytest.raises(OSError) as raised:
         ibev.ProtectionDomain(device)
     assert raised.value.errno == errno.ENODEV
+
+
+def test_a_listener_after_the_dispatcher_closed_is_oserror_enodev(failures):
+    dispatcher = ibev.Dispatcher(on_failure=failures, stall_after=0)
+    device = ibev.Device.open(dispatcher, DEVICE)
+    dispatcher.close()  # nothing delivers to the device's listeners any more
+    with pytest.raises(OSError) as raised:
+        device.listen(print)
+    assert raised.value.errno == errno.ENODEV
+    assert "Dispatcher was destroyed" in str(raised.value)
+    device.close()
+
+
+def test_the_runner_leaves_sigint_to_python():
+    # ibev-softroce-run once started the program with SIGINT and SIGQUIT
+    # ignored; Python then installs no KeyboardInterrupt handler.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with open("/proc/self/status") as status:
+        ignored = int(next(l for l in status if l.startswith("SigIgn:")).split()[1], 16)
+    assert ignored & (1 << (signal.SIGQUIT - 1)) == 0
 
 
 def test_the_watch_example_prints_a_flap_as_json_lines():

@@ -5,10 +5,12 @@
 #include <fcntl.h>
 
 #include <atomic>
+#include <cerrno>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <memory>
+#include <string>
 #include <system_error>
 #include <vector>
 #include <functional>
@@ -16,6 +18,7 @@
 
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/test_seams.h>
+#include <ibev/ibev_c.h>
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
@@ -133,6 +136,9 @@ BOOST_DATA_TEST_CASE(verbs_objects_dropped_after_or_before_their_dispatcher,
     env.reset();
     BOOST_REQUIRE(!device.expired());  // the memory region holds it
     BOOST_CHECK_EXCEPTION(device.lock()->dispatcher(), std::system_error, gone);
+    // A listener nobody would deliver to (it was accepted, inert).
+    BOOST_CHECK_EXCEPTION((void)device.lock()->on_event(EventFilter(), [](const Event&) {}),
+                          std::system_error, gone);
     BOOST_CHECK_EXCEPTION(
         CompletionQueue::create(device.lock(), [](const CompletionBatch&) {}, nullptr),
         std::system_error, gone);
@@ -194,4 +200,24 @@ BOOST_AUTO_TEST_CASE(a_channel_watched_again_as_its_last_cq_leaves) {
   }
   joining.release();
   dispatcher.stop();
+}
+
+// The same in C, as ibev_c.h's Lifetime promises: a device outliving its
+// dispatcher answers ENODEV to ibev_device_listen.
+BOOST_AUTO_TEST_CASE(a_c_device_listener_after_its_dispatcher_is_enodev) {
+  const ibev_dispatcher_attr attr{};
+  ibev_dispatcher* dispatcher = ibev_dispatcher_create(&attr);
+  BOOST_REQUIRE_MESSAGE(dispatcher, ibev_last_error());
+  ibev_device* device = ibev_device_open(dispatcher, test_device().c_str());
+  BOOST_REQUIRE_MESSAGE(device, ibev_last_error());
+  ibev_dispatcher_destroy(dispatcher);
+  errno = 0;
+  ibev_handle* listener =
+      ibev_device_listen(device, nullptr, [](const ibev_event*, void*) {}, nullptr);
+  BOOST_TEST(listener == nullptr);
+  BOOST_TEST(errno == ENODEV);
+  BOOST_TEST(std::string(ibev_last_error()).find("ibev_device_listen") != std::string::npos,
+             ibev_last_error());
+  ibev_handle_release(listener);
+  ibev_device_destroy(device);
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/ibev_watch/journal.h"
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/support/testing.h"
 
@@ -363,6 +364,33 @@ BOOST_AUTO_TEST_CASE(an_unusable_metrics_address_or_file_exits_1) {
   BOOST_TEST(
       output.find("open /no/such/dir/x.prom.tmp: No such file or directory") != std::string::npos,
       output);
+}
+
+// --journal where no journald runs (the VM's init is not systemd, like a
+// container's): sd_journal_send takes each entry and drops it, so ibev-watch
+// says so once and prints the lines on stdout instead (they were lost).
+BOOST_AUTO_TEST_CASE(journal_not_there_lines_go_to_stdout) {
+  if (ibev::watch::journal_reachable() == 0) {
+    BOOST_TEST_MESSAGE("a journald listens here: nothing to test");
+    return;
+  }
+  // A socket file a stopped journald left would answer ECONNREFUSED; the
+  // case that lost every entry is the file not being there at all.
+  run_command(std::string("rm -f ") + ibev::watch::kJournalSocket);
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  const std::string device = test_device();
+  Spawned ibev_watch(ibev_watch_path() + " --journal -d " + device, tmp + "/ibev_watch_nj.out");
+  BOOST_REQUIRE_MESSAGE(ibev_watch.wait_for_text("ibev-watch: watching " + device, 20s),
+                        ibev_watch.text());
+  run_command("ip link set " + test_netdev() + " down");
+  run_command("ip link set " + test_netdev() + " up");
+  BOOST_TEST(ibev_watch.wait_for_text(device + " port 1 IBV_EVENT_PORT_ACTIVE", 20s),
+             ibev_watch.text());
+  const int status = ibev_watch.stop();
+  const std::string text = ibev_watch.text();
+  BOOST_TEST(text.find(device + " port 1 IBV_EVENT_PORT_ERR") != std::string::npos, text);
+  BOOST_TEST(ibev_watch.wait_for_count("cannot write to the systemd journal", 2, 0ms) == 1, text);
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "status " << status);
 }
 
 // --journal: entries reach a journal (systemd-journald run by hand: the VM

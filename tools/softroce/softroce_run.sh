@@ -20,7 +20,8 @@
 #   IBEV_TEST_DEVICE2  rxe1, on netdev IBEV_TEST_NETDEV2, veth v1 (--devices 2),
 #                      address IBEV_TEST_ADDRESS2 (fd00::2)
 # and its exit status, output and JUnit report (for Bazel's test.xml) come
-# back as if it had run here. Every wait is bounded; a failure says what broke.
+# back as if it had run here. It starts with SIGINT and SIGQUIT at their
+# defaults, as from a prompt. Every wait is bounded; a failure says what broke.
 # The guest sees the host's files read-only, except /run, /proc, /sys and
 # /dev, which are its own: a program or working directory there is refused
 # before the VM boots. Nothing is left in $TMPDIR (or Bazel's TEST_TMPDIR).
@@ -238,10 +239,15 @@ dump_stacks() {
   fi
 }
 WATCH
-    printf '%q' "$binary"
+    # In the background (the watcher below times it), but with SIGINT and
+    # SIGQUIT at their defaults: bash starts a background command with both
+    # ignored, and a program started so never hears them (Python never
+    # raises KeyboardInterrupt). The trap resets them in the subshell, which
+    # then becomes the program.
+    printf '(trap - INT QUIT; exec %q' "$binary"
     local arg
     for arg in "$@"; do printf ' %q' "$arg"; done
-    echo ' &'
+    echo ') &'
     cat <<'WATCH'
 test_pid=$!
 (

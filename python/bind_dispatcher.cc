@@ -2,6 +2,9 @@
 // Handle and Dispatcher.
 #include "objects.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -73,9 +76,18 @@ void bind_dispatcher(py::module_& m) {
       .def(
           "run_once",
           [](PyDispatcher& d, double timeout) {
-            const auto wait = seconds(timeout);
+            using std::chrono::steady_clock;
+            const auto deadline = steady_clock::now() + seconds(timeout);
             InUse dispatcher = d.use();
-            return without_gil([&] { return (*dispatcher).run_once(wait); });
+            // In slices, for Ctrl-C: a turn that handled something ends it.
+            std::size_t handled = 0;
+            wait_interruptibly(deadline, [&](steady_clock::time_point end) {
+              const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+                  std::max(end - steady_clock::now(), steady_clock::duration::zero()));
+              handled = (*dispatcher).run_once(left);
+              return handled > 0;
+            });
+            return handled;
           },
           "timeout"_a = 0.0)
       .def_property_readonly("running", [](const PyDispatcher& d) { return (*d.use()).running(); })

@@ -80,12 +80,15 @@ class PyEventWait {
           "EventWait.wait() on the dispatching thread, which delivers what it "
           "waits for, would never return; use wait_for(..., done=...)");
     }
-    PyWaitResult result = without_gil([&] {
+    // In slices, for Ctrl-C: a KeyboardInterrupt leaves the wait armed (a
+    // later wait() goes on with it).
+    wait_interruptibly(deadline_, [&](std::chrono::steady_clock::time_point end) {
       std::unique_lock<std::mutex> lock(state_->mutex);
-      state_->ended.wait_until(lock, deadline_, [&] { return state_->result.has_value(); });
-      lock.unlock();
+      return state_->ended.wait_until(lock, end, [&] { return state_->result.has_value(); });
+    });
+    PyWaitResult result = without_gil([&] {
       state_->decide(PyWaitResult{"timed out", std::nullopt});  // if nothing came first
-      lock.lock();
+      std::lock_guard<std::mutex> lock(state_->mutex);
       return *state_->result;
     });
     release();  // decided: nothing more is heard

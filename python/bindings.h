@@ -31,6 +31,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -153,6 +154,26 @@ template <typename Call>
 auto without_gil(Call&& call) {
   py::gil_scoped_release nogil;
   return call();
+}
+
+// A blocking wait that Ctrl-C interrupts, as time.sleep() is: waits without
+// the GIL in slices of at most kSignalSlice, running Python's signal handlers
+// between them (PyErr_CheckSignals, a no-op off the main thread), so that
+// SIGINT's KeyboardInterrupt (or what any Python handler raises) leaves as
+// py::error_already_set within a slice. `wait_until(end)` blocks until
+// `end` at most and says whether the wait is over; returns false once
+// `deadline` passed without that. Under the GIL; the GIL is let go for each
+// slice (a handler it waits for may need it).
+inline constexpr std::chrono::milliseconds kSignalSlice{50};
+
+template <typename WaitUntil>
+bool wait_interruptibly(std::chrono::steady_clock::time_point deadline, WaitUntil&& wait_until) {
+  for (;;) {
+    const auto end = std::min(deadline, std::chrono::steady_clock::now() + kSignalSlice);
+    if (without_gil([&] { return wait_until(end); })) return true;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
 }
 
 // A duration given in seconds: finite and not negative, rounded up to

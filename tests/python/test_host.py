@@ -7,6 +7,7 @@ import errno
 import pytest
 
 import ibev
+from children import interrupted
 
 
 def test_the_event_codes_are_rdma_cores():
@@ -70,3 +71,14 @@ def test_device_clients_end_with_their_dispatcher():
     dispatcher.close()  # ends the clients first: C++ wants them gone before it
     with pytest.raises(ValueError, match="closed"):
         clients.register("late", print, print)
+
+
+def test_ctrl_c_interrupts_a_blocking_run_once():
+    took, stderr = interrupted(
+        "import ibev\n"
+        "d = ibev.Dispatcher()\n"
+        "print('waiting', flush=True)\n"
+        "d.run_once(10.0)\n"
+        "print('returned', flush=True)\n")
+    assert "KeyboardInterrupt" in stderr
+    assert took < 1.0, f"SIGINT took {took:.2f} s to end a 10 s run_once"

@@ -19,6 +19,7 @@ import time
 import pytest
 
 import ibev
+from children import interrupted
 
 DEVICE = os.environ.get("IBEV_TEST_DEVICE", "rxe0")
 NETDEV = os.environ.get("IBEV_TEST_NETDEV", "d0")
@@ -369,3 +370,20 @@ def _eventually(condition, seconds=20.0):
             return condition()
         time.sleep(0.01)
     return True
+
+
+def test_ctrl_c_interrupts_a_blocking_event_wait():
+    """SIGINT to a process blocked in a 10 s EventWait.wait(): it ends with
+    KeyboardInterrupt within a second (the wait runs Python's signal
+    handlers every 50 ms, as time.sleep does), not at the timeout."""
+    took, stderr = interrupted(f"""
+import ibev
+dispatcher = ibev.Dispatcher()
+device = ibev.Device.open(dispatcher, {DEVICE!r})
+dispatcher.start()
+waiting = ibev.wait_for(dispatcher, device, [ibev.IBV_EVENT_SM_CHANGE], timeout=10)
+print("waiting", flush=True)
+waiting.wait()
+""")
+    assert "KeyboardInterrupt" in stderr, stderr
+    assert took < 1.0, f"SIGINT took {took:.2f} s to end a 10 s EventWait.wait()"

@@ -1,5 +1,5 @@
 // The module's dispatching room (python/bindings.h lists the rooms): Event,
-// Handle and Dispatcher.
+// Handle, Dispatcher and WorkerThread.
 #include "objects.h"
 
 #include <algorithm>
@@ -114,6 +114,23 @@ void bind_dispatcher(py::module_& m) {
           "srq"_a = nullptr)
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyDispatcher& d, py::args) { d.close(); });
+
+  py::class_<PyWorkerThread>(
+      m, "WorkerThread",
+      "A thread of its own for handlers that block (the kernel's IB_POLL_WORKQUEUE): given as "
+      "HealthOptions(executor=...), the handler runs there, in order, with the GIL taken, and "
+      "the dispatching thread keeps serving. What a task raises goes to on_failure(kind, "
+      "description) (None: stderr) and the thread goes on. Keep it open while what uses it "
+      "lives: a closed one drops their calls.")
+      .def(py::init<py::object>(), "on_failure"_a = py::none())
+      .def("close", &PyWorkerThread::close,
+           "Runs the tasks already posted, then ends the thread (without the GIL). RuntimeError "
+           "from a task on that thread. Again: nothing.")
+      .def_property_readonly("closed", &PyWorkerThread::closed, "Whether close() ended it.")
+      .def(
+          "__enter__", [](py::object self) { return self; }, "Returns itself.")
+      .def(
+          "__exit__", [](PyWorkerThread& w, py::args) { w.close(); }, "close().");
 }
 
 }  // namespace ibev::python

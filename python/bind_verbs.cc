@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
+#include <ibev/verbs/prometheus_counters.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/rc_endpoint.h>
@@ -106,14 +108,6 @@ struct Receive {
   Receive& operator=(const Receive&) = delete;
   ibv_sge sge;
   ibv_recv_wr wr{};
-};
-
-struct WorkCompletion {
-  std::uint64_t wr_id;
-  int status;
-  int opcode;
-  std::uint32_t byte_len;
-  std::uint32_t qp_num;
 };
 
 }  // namespace
@@ -367,6 +361,25 @@ void bind_verbs(py::module_& m) {
   m.def(
       "connect_rc_pair", [](PyQueuePair& a, PyQueuePair& b) { connect_rc_pair(*a, *b); }, "a"_a,
       "b"_a, "Connects two RC QPs of one device to each other (loopback).");
+
+  m.def(
+      "write_metrics",
+      [](const PyDispatcher& dispatcher, const std::vector<PyDevice*>& devices) {
+        std::vector<std::shared_ptr<Device>> refs;
+        for (const PyDevice* device : devices) {
+          if (device == nullptr) throw py::type_error("write_metrics: devices are Devices");
+          refs.push_back(device->ref());
+        }
+        InUse d = dispatcher.use();
+        std::ostringstream text;
+        write_metrics(text, *d, refs);
+        return text.str();
+      },
+      "dispatcher"_a, "devices"_a = std::vector<PyDevice*>{},
+      "ibev's counters in the Prometheus text format, as a str: the Dispatcher's figures and "
+      "each device's events, failures and ports (docs/operations.md lists the names). Any "
+      "thread, the dispatching one too: it never waits for a handler. A closed device is left "
+      "out; ValueError for a closed Dispatcher.");
 
 }
 

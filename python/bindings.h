@@ -8,7 +8,11 @@
 //   - bind_dispatcher.cc: Event, Handle, Dispatcher;
 //   - bind_verbs.cc: Device, DeviceClients, ProtectionDomain, MemoryRegion,
 //     CompletionQueue, SharedReceiveQueue, QueuePair and their values;
-//   - bind_waiting.cc: wait_for, EventWait, WaitResult.
+//   - bind_waiting.cc: wait_for, EventWait, WaitResult;
+//   - bind_health.cc: ConnectionHealth, HealthOptions, HealthChange,
+//     HealthCause, RecoveryAttempt;
+//   - bind_cm.cc: CmEventChannel, CmId, CmSession, CmAcceptor.
+// WorkerThread is the dispatching room's, write_metrics the verbs room's.
 // Private to the module.
 //
 // The GIL, which every wrapper here is shaped by:
@@ -193,6 +197,8 @@ inline std::chrono::milliseconds seconds(double value, const char* what = "timeo
 void bind_dispatcher(py::module_& m);  // bind_dispatcher.cc
 void bind_verbs(py::module_& m);       // bind_verbs.cc
 void bind_waiting(py::module_& m);     // bind_waiting.cc
+void bind_health(py::module_& m);      // bind_health.cc
+void bind_cm(py::module_& m);          // bind_cm.cc
 
 }  // namespace ibev::python
 

@@ -113,7 +113,10 @@ struct Receive {
 }  // namespace
 
 void bind_verbs(py::module_& m) {
-  py::class_<PyDevice>(m, "Device", "An open RDMA device, its async events served by a Dispatcher.")
+  py::class_<PyDevice>(m, "Device",
+                       "An open RDMA device, its async events served by a Dispatcher: "
+                       "listeners run on the dispatching thread. A removed device is lost: "
+                       "its objects then raise OSError(ENODEV).")
       .def_static(
           "open",
           [](py::object dispatcher, const std::string& name) {
@@ -121,18 +124,30 @@ void bind_verbs(py::module_& m) {
             auto device = without_gil([&] { return Device::open(*d, name); });
             return std::make_unique<PyDevice>(std::move(device), std::move(dispatcher));
           },
-          "dispatcher"_a, "name"_a = "")
-      .def_static("names", &Device::names)
-      .def_property_readonly("name", [](const PyDevice& d) { return (*d).name(); })
-      .def_property_readonly("node", [](const PyDevice& d) { return (*d).node(); })
-      .def_property_readonly("dispatcher", [](const PyDevice& d) { return d.dispatcher; })
-      .def_property_readonly("closed", [](const PyDevice& d) { return (*d).context() == nullptr; })
+          "dispatcher"_a, "name"_a = "",
+          "Opens the device name (empty: the first) on dispatcher. OSError naming the device "
+          "(ENODEV: not there) or the failing verb; ValueError for a closed Dispatcher.")
+      .def_static("names", &Device::names, "The names of the RDMA devices present.")
+      .def_property_readonly(
+          "name", [](const PyDevice& d) { return (*d).name(); }, "The device's name ('rxe0').")
+      .def_property_readonly(
+          "node", [](const PyDevice& d) { return (*d).node(); },
+          "Its node in /sys/class/infiniband (a new one when a device is re-added).")
+      .def_property_readonly(
+          "dispatcher", [](const PyDevice& d) { return d.dispatcher; },
+          "The Dispatcher it was opened on.")
+      .def_property_readonly(
+          "closed", [](const PyDevice& d) { return (*d).context() == nullptr; },
+          "Whether it was closed or lost.")
       .def_property_readonly("loss",
                              [](const PyDevice& d) -> std::optional<std::string> {
                                if ((*d).loss() == DeviceLoss::kNone) return std::nullopt;
                                return std::string(to_string((*d).loss()));
-                             })
-      .def_property_readonly("port_count", [](const PyDevice& d) { return (*d).port_count(); })
+                             },
+                             "How it was lost ('removed', 'fatal', 'async fd failed'); None.")
+      .def_property_readonly(
+          "port_count", [](const PyDevice& d) { return (*d).port_count(); },
+          "How many ports it has.")
       .def(
           "port_state",
           [](const PyDevice& d, int port) {
@@ -143,7 +158,9 @@ void bind_verbs(py::module_& m) {
             return std::string(ibv_port_state_str(
                 (*d).cached_port(static_cast<std::uint8_t>(port)).attributes.state));
           },
-          "port"_a = 1)
+          "port"_a = 1,
+          "The port's state as last cached ('active', 'down'; ibv_port_state_str's words), "
+          "refreshed before listeners hear a port event. IndexError for no such port.")
       .def(
           "listen",
           [](PyDevice& d, py::object handler, std::optional<std::vector<int>> types,
@@ -153,8 +170,13 @@ void bind_verbs(py::module_& m) {
             return std::make_unique<PyHandle>(
                 (*d).on_event(event_filter(types, port), std::move(call)));
           },
-          "handler"_a, "types"_a = py::none(), "port"_a = py::none())
-      .def("close", &PyDevice::close);
+          "handler"_a, "types"_a = py::none(), "port"_a = py::none(),
+          "handler(Event) hears the device's events of types (codes; None: all) on port (None: "
+          "any), on the dispatching thread, until the Handle returned is released. TypeError "
+          "without a callable handler; ValueError for a bad code.")
+      .def("close", &PyDevice::close,
+           "Closes the device (waiting without the GIL for its handlers); its objects then "
+           "raise OSError(ENODEV).");
 
   py::class_<PyDeviceClients>(m, "DeviceClients",
                               "The kernel's ib_client: add(device) for every device present and "
@@ -185,15 +207,22 @@ void bind_verbs(py::module_& m) {
                 }};
             return std::make_unique<PyHandle>(clients.register_client(std::move(client)));
           },
-          "name"_a, "add"_a, "remove"_a)
-      .def("close", &PyDeviceClients::close);
+          "name"_a, "add"_a, "remove"_a,
+          "A client: add(Device) for every device present and added later, remove(Device, "
+          "loss) when one goes, on the dispatching thread, until the Handle is released. "
+          "TypeError for a callback that is not callable; ValueError once closed.")
+      .def("close", &PyDeviceClients::close,
+           "Ends every client (waiting without the GIL for a callback running).");
 
-  py::class_<PyProtectionDomain>(m, "ProtectionDomain")
+  py::class_<PyProtectionDomain>(m, "ProtectionDomain",
+                                 "A protection domain on a device (ibv_alloc_pd): "
+                                 "ProtectionDomain(device). OSError naming the verb, ENODEV "
+                                 "for a closed device.")
       .def(py::init([](const PyDevice& device) {
              return std::make_unique<PyProtectionDomain>(ProtectionDomain::create(device.ref()));
            }),
-           "device"_a, py::keep_alive<1, 2>())
-      .def("close", &PyProtectionDomain::close);
+           "device"_a, py::keep_alive<1, 2>(), "ibv_alloc_pd on device.")
+      .def("close", &PyProtectionDomain::close, "ibv_dealloc_pd; its calls then raise ENODEV.");
 
   py::class_<PyMemoryRegion>(m, "MemoryRegion",
                              "A registered Python buffer (bytearray, memoryview, ...), kept "
@@ -208,18 +237,23 @@ void bind_verbs(py::module_& m) {
            }),
            "pd"_a, "buffer"_a, "access"_a = static_cast<int>(IBV_ACCESS_LOCAL_WRITE),
            py::keep_alive<1, 2>())
-      .def_property_readonly("lkey", [](const PyMemoryRegion& mr) { return (*mr).lkey(); })
-      .def("close", &PyMemoryRegion::close);
+      .def_property_readonly(
+          "lkey", [](const PyMemoryRegion& mr) { return (*mr).lkey(); }, "The local key.")
+      .def("close", &PyMemoryRegion::close,
+           "Deregisters the region, then lets the buffer go.");
 
-  py::class_<WorkCompletion>(m, "WorkCompletion")
-      .def_readonly("wr_id", &WorkCompletion::wr_id)
-      .def_readonly("status", &WorkCompletion::status)
-      .def_readonly("opcode", &WorkCompletion::opcode)
-      .def_readonly("byte_len", &WorkCompletion::byte_len)
-      .def_readonly("qp_num", &WorkCompletion::qp_num)
-      .def_property_readonly("status_name", [](const WorkCompletion& wc) {
-        return std::string(ibv_wc_status_str(static_cast<ibv_wc_status>(wc.status)));
-      });
+  py::class_<WorkCompletion>(m, "WorkCompletion", "One completion (ibv_wc), a value.")
+      .def_readonly("wr_id", &WorkCompletion::wr_id, "The work request's id.")
+      .def_readonly("status", &WorkCompletion::status, "Its ibv_wc_status (IBV_WC_SUCCESS).")
+      .def_readonly("opcode", &WorkCompletion::opcode, "Its ibv_wc_opcode (IBV_WC_SEND, ...).")
+      .def_readonly("byte_len", &WorkCompletion::byte_len, "Bytes received.")
+      .def_readonly("qp_num", &WorkCompletion::qp_num, "The QP it completed on.")
+      .def_property_readonly(
+          "status_name",
+          [](const WorkCompletion& wc) {
+            return std::string(ibv_wc_status_str(static_cast<ibv_wc_status>(wc.status)));
+          },
+          "ibv_wc_status_str of the status.");
 
   py::class_<PyCompletionQueue>(m, "CompletionQueue",
                                 "A CQ whose completions reach on_completion(list of "
@@ -247,7 +281,8 @@ void bind_verbs(py::module_& m) {
           }),
           "device"_a, "on_completion"_a, "on_event"_a = py::none(), "cqe"_a = 64,
           py::keep_alive<1, 2>())
-      .def("close", &PyCompletionQueue::close);
+      .def("close", &PyCompletionQueue::close,
+           "Destroys the CQ (waiting without the GIL for its handlers); close its QPs first.");
 
   py::class_<PySharedReceiveQueue>(m, "SharedReceiveQueue",
                                    "An SRQ whose SRQ_ERR and SRQ_LIMIT_REACHED reach on_event.")
@@ -263,7 +298,9 @@ void bind_verbs(py::module_& m) {
       .def(
           "arm_limit",
           [](PySharedReceiveQueue& srq, std::uint32_t limit) { (*srq).arm_limit(limit); },
-          "limit"_a)
+          "limit"_a,
+          "Arms SRQ_LIMIT_REACHED for when fewer than limit receives are posted (once). OSError "
+          "naming ibv_modify_srq and its errno.")
       .def(
           "post_recv",
           [](PySharedReceiveQueue& srq, const PyMemoryRegion& mr, std::size_t offset,
@@ -275,25 +312,33 @@ void bind_verbs(py::module_& m) {
               throw_system_error("ibv_post_srq_recv", rc);
             }
           },
-          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0)
-      .def("close", &PySharedReceiveQueue::close);
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0,
+          "Posts a receive of [offset, offset + length) of mr. ValueError outside the region; "
+          "OSError naming ibv_post_srq_recv and its errno (ENODEV once closed).")
+      .def("close", &PySharedReceiveQueue::close, "Destroys the SRQ.");
 
   py::class_<RcEndpoint>(m, "RcEndpoint", "What an RC peer needs, in ibv_rc_pingpong's wire form.")
-      .def_property_readonly("qp_num", &RcEndpoint::qp_num)
-      .def_property_readonly("psn", &RcEndpoint::psn)
-      .def("to_wire",
-           [](const RcEndpoint& e) {
-             const auto wire = e.to_wire();
-             return py::bytes(wire.data(), wire.size());
-           })
-      .def_static("from_wire", [](py::bytes wire) {
-        return RcEndpoint::from_wire(static_cast<std::string>(wire));
-      });
+      .def_property_readonly("qp_num", &RcEndpoint::qp_num, "The QP's number.")
+      .def_property_readonly("psn", &RcEndpoint::psn, "The first PSN it sends with.")
+      .def(
+          "to_wire",
+          [](const RcEndpoint& e) {
+            const auto wire = e.to_wire();
+            return py::bytes(wire.data(), wire.size());
+          },
+          "The 52 bytes ibv_rc_pingpong sends.")
+      .def_static(
+          "from_wire",
+          [](py::bytes wire) { return RcEndpoint::from_wire(static_cast<std::string>(wire)); },
+          "Parses to_wire()'s form; ValueError naming what is wrong.");
 
-  py::class_<DrainReport>(m, "DrainReport")
-      .def_readonly("send_drained", &DrainReport::send_drained)
-      .def_readonly("receive_drained", &DrainReport::receive_drained)
-      .def_readonly("last_wqe_reached", &DrainReport::last_wqe_reached);
+  py::class_<DrainReport>(m, "DrainReport", "What QueuePair.drain() drained.")
+      .def_readonly("send_drained", &DrainReport::send_drained,
+                    "Every send posted before has completed.")
+      .def_readonly("receive_drained", &DrainReport::receive_drained,
+                    "Every receive posted before has completed.")
+      .def_readonly("last_wqe_reached", &DrainReport::last_wqe_reached,
+                    "On an SRQ: LAST_WQE_REACHED was heard.");
 
   py::class_<PyQueuePair>(m, "QueuePair",
                           "An RC QP (by default) whose async events reach on_event on the "
@@ -315,17 +360,21 @@ void bind_verbs(py::module_& m) {
            }),
            "pd"_a, "send_cq"_a, "recv_cq"_a, "on_event"_a = py::none(), "srq"_a = nullptr,
            "max_send_wr"_a = 16, "max_recv_wr"_a = 16, py::keep_alive<1, 2>())
-      .def_property_readonly("qp_num", [](const PyQueuePair& qp) { return (*qp).qp_num(); })
+      .def_property_readonly(
+          "qp_num", [](const PyQueuePair& qp) { return (*qp).qp_num(); }, "The QP's number.")
       .def(
           "endpoint",
           [](const PyQueuePair& qp, int port, int gid_index) {
             if (port < 1 || port > 255) throw py::value_error("port " + std::to_string(port));
             return (*qp).endpoint(static_cast<std::uint8_t>(port), gid_index);
           },
-          "port"_a = 1, "gid_index"_a = 0)
+          "port"_a = 1, "gid_index"_a = 0,
+          "This QP's RcEndpoint on port with the GID at gid_index: what the peer needs.")
       .def(
           "connect", [](PyQueuePair& qp, const RcEndpoint& remote) { (*qp).connect(remote); },
-          "remote"_a)
+          "remote"_a,
+          "RESET -> INIT -> RTR -> RTS against the peer's RcEndpoint. OSError naming "
+          "ibv_modify_qp and its errno.")
       .def(
           "post_send",
           [](PyQueuePair& qp, const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
@@ -339,7 +388,9 @@ void bind_verbs(py::module_& m) {
             wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
             (*qp).post_send(wr);
           },
-          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0, "signaled"_a = true)
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0, "signaled"_a = true,
+          "Posts a SEND of [offset, offset + length) of mr. ValueError outside the region; "
+          "OSError naming ibv_post_send and its errno (ENODEV once closed).")
       .def(
           "post_recv",
           [](PyQueuePair& qp, const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
@@ -347,7 +398,9 @@ void bind_verbs(py::module_& m) {
             Receive receive(mr, offset, length, wr_id);
             (*qp).post_recv(receive.wr);
           },
-          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0)
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0,
+          "Posts a receive of [offset, offset + length) of mr. ValueError outside the region; "
+          "OSError naming ibv_post_recv and its errno.")
       .def(
           "drain",
           [](PyQueuePair& qp, double timeout) {
@@ -355,8 +408,12 @@ void bind_verbs(py::module_& m) {
             options.timeout = seconds(timeout);
             return without_gil([&] { return (*qp).drain(options); });
           },
-          "timeout"_a = 5.0)
-      .def("close", &PyQueuePair::close);
+          "timeout"_a = 5.0,
+          "Moves the QP to ERR and waits (without the GIL, up to timeout seconds) until every "
+          "request posted before has completed and the CQ's handler has had it; returns a "
+          "DrainReport. Not on the dispatching thread (RuntimeError).")
+      .def("close", &PyQueuePair::close,
+           "Destroys the QP (waiting without the GIL for its handler).");
 
   m.def(
       "connect_rc_pair", [](PyQueuePair& a, PyQueuePair& b) { connect_rc_pair(*a, *b); }, "a"_a,

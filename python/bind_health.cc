@@ -232,6 +232,23 @@ void bind_health(py::module_& m) {
           "Tells it a WorkCompletion polled from the QP's CQs: a non-flush error is a cause. With "
           "deadlines or recovery, give it every one.")
       .def(
+          "post_send",
+          [](Shared<ConnectionHealth>& h, const PyMemoryRegion& mr, std::size_t offset,
+             std::size_t length, std::uint64_t wr_id, bool signaled) {
+            ibv_sge sge = mr.sge(offset, length);
+            ibv_send_wr wr{};
+            wr.wr_id = wr_id;
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            wr.opcode = IBV_WR_SEND;
+            wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+            (*h).post_send(wr);
+          },
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0, "signaled"_a = true,
+          "QueuePair.post_send on the connection's QP, the request tracked for its deadline "
+          "and, if not delivered, for a RecoveryAttempt's undelivered. Raises what post_send "
+          "raises, and OSError(ENOTCONN) with recovery while not up (nothing posted).")
+      .def(
           "cause",
           [](Shared<ConnectionHealth>& h, const std::string& what, int code) {
             (*h).cause(HealthCause{HealthSource::kApplication, code, 0, what});

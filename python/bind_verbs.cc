@@ -48,53 +48,6 @@ class PyDeviceClients {
   std::shared_ptr<ClientsSlot> slot_;
 };
 
-// A Python buffer exported for as long as a region registers it (a
-// bytearray cannot be resized under it): one C-contiguous block, writable
-// when the region's access lets the device write (a strided view would
-// register memory outside the view). Released under the GIL.
-class BufferView {
- public:
-  BufferView(const py::object& buffer, bool writable) {
-    if (PyObject_GetBuffer(buffer.ptr(), &view_,
-                           PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) != 0) {
-      throw py::error_already_set();  // BufferError or TypeError, with Python's words
-    }
-  }
-  ~BufferView() { PyBuffer_Release(&view_); }
-  BufferView(const BufferView&) = delete;
-  BufferView& operator=(const BufferView&) = delete;
-  void* data() const { return view_.buf; }
-  std::size_t size() const { return static_cast<std::size_t>(view_.len); }
-
- private:
-  Py_buffer view_{};
-};
-
-class PyMemoryRegion : public Shared<MemoryRegion> {
- public:
-  PyMemoryRegion(std::shared_ptr<MemoryRegion> mr, std::unique_ptr<BufferView> view)
-      : Shared(std::move(mr)), view_(std::move(view)) {}
-  ~PyMemoryRegion() override {
-    // The region first (Shared's destructor runs after this one: close it
-    // here, so the view is released only once nothing reads the memory).
-    close();
-  }
-  // The SGE for [offset, offset + length) of the region.
-  ibv_sge sge(std::size_t offset, std::size_t length) const {
-    const ibv_mr* mr = (**this).get();
-    if (mr == nullptr) throw_system_error("MemoryRegion (closed)", ENODEV);
-    if (offset > mr->length || length > mr->length - offset) {
-      throw py::value_error("[" + std::to_string(offset) + ", " + std::to_string(offset + length) +
-                            ") is outside the region's " + std::to_string(mr->length) + " bytes");
-    }
-    return ibv_sge{reinterpret_cast<std::uintptr_t>(mr->addr) + offset,
-                   static_cast<std::uint32_t>(length), mr->lkey};
-  }
-
- private:
-  std::unique_ptr<BufferView> view_;
-};
-
 // One receive work request for [offset, offset + length) of a region, for
 // a QP's receive queue or an SRQ.
 struct Receive {

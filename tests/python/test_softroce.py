@@ -407,15 +407,19 @@ def test_connection_health_goes_down_with_its_cause_and_recovers_in_place(
     """A QP_FATAL takes an up connection down (one change, with the event
     as its cause); the recovery resets the QP and hands reconnect() an
     attempt, which connects it to a new peer QP: the connection is up again
-    and its causes are cleared."""
+    and its causes are cleared. With a WorkerThread as executor, the handler
+    and reconnect run there, not on the dispatching thread."""
     pd = ibev.ProtectionDomain(device)
     cq = ibev.CompletionQueue(device, lambda batch: None)
-    a, b = ibev.QueuePair(pd, cq, cq), ibev.QueuePair(pd, cq, cq)
+    dispatching = []  # the QP's own handler runs on the dispatching thread
+    a = ibev.QueuePair(pd, cq, cq, on_event=lambda event: dispatching.append(threading.get_ident()))
+    b = ibev.QueuePair(pd, cq, cq)
     ibev.connect_rc_pair(a, b)
     changes, attempts, threads = queue.Queue(), [], []
     peers = [b]
 
     def reconnect(attempt):
+        threads.append(threading.get_ident())
         attempts.append((attempt.number, attempt.cause.what))
         peer = ibev.QueuePair(pd, cq, cq)
         peer.connect(attempt.local)
@@ -423,10 +427,12 @@ def test_connection_health_goes_down_with_its_cause_and_recovers_in_place(
         attempt.connect(peer.endpoint())
 
     def on_change(change):
-        threads.append(threading.current_thread().name)
+        threads.append(threading.get_ident())
         changes.put(change)
 
-    options = ibev.HealthOptions(first_delay=0.05, max_delay=0.2, give_up_after=10)
+    worker = ibev.WorkerThread(on_failure=failures)
+    options = ibev.HealthOptions(first_delay=0.05, max_delay=0.2, give_up_after=10,
+                                 executor=worker)
     dispatcher.start()
     with ibev.ConnectionHealth(a, on_change, options, reconnect=reconnect) as health:
         assert health.state == "up" and health.causes() == []
@@ -441,7 +447,10 @@ def test_connection_health_goes_down_with_its_cause_and_recovers_in_place(
         assert health.queue_pair.qp_num == a.qp_num  # in place: the same QP
         health.fail("the test is over")
         assert _next_change(changes, "failed").cause.what == "the test is over"
-    assert threading.main_thread().name not in threads  # the dispatching thread's
+    worker.close()
+    # One thread, the worker's: neither this one nor the dispatching one.
+    assert len(set(threads)) == 1 and threads[0] != threading.get_ident()
+    assert dispatching and threads[0] != dispatching[0]
     dispatcher.stop()
     assert failures.seen == []
 

@@ -1,15 +1,18 @@
 // The module's verbs room (python/bindings.h lists the rooms): Device and
 // DeviceClients, and what is made on a device: ProtectionDomain,
 // MemoryRegion, CompletionQueue (with WorkCompletion), SharedReceiveQueue,
-// QueuePair (with RcEndpoint and DrainReport).
+// QueuePair (with RcEndpoint and DrainReport); write_metrics and Replay.
 #include "objects.h"
 
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,6 +20,8 @@
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
+#include <ibev/dispatch/replay.h>
+#include <ibev/formats/recording.h>
 #include <ibev/verbs/prometheus_counters.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
@@ -61,6 +66,83 @@ struct Receive {
   Receive& operator=(const Receive&) = delete;
   ibv_sge sge;
   ibv_recv_wr wr{};
+};
+
+// A Replay whose play() Python can interrupt: it plays on a thread of its
+// own while the caller waits in slices (Ctrl-C stops the replay, then
+// raises). The devices are the Python ones given, by name.
+class PyReplay {
+ public:
+  PyReplay(PyDispatcher& dispatcher, const std::vector<PyDevice*>& devices, double speed,
+           py::object on_change)
+      : dispatcher_(dispatcher.use()) {
+    for (const PyDevice* device : devices) {
+      if (device == nullptr) throw py::type_error("Replay: devices are Devices");
+      devices_.push_back(device->ref());
+    }
+    Replay::Options options;
+    options.speed = speed;
+    options.device = [devices = devices_](const std::string& recorded) -> ibv_context* {
+      for (const auto& device : devices) {
+        if (device->name() == recorded) return device->context();
+      }
+      return nullptr;
+    };
+    if (!on_change.is_none()) {
+      Callable call(std::move(on_change), "on_change");
+      options.change = [call](const RecordedChange& change) {
+        call(change.device, change.added ? std::string("added") : std::string("removed"));
+      };
+    }
+    replay_ = std::make_shared<Replay>(*dispatcher_, std::move(options));
+  }
+  ReplayStats play(const std::string& text, const std::string& name) {
+    std::istringstream in(text);
+    auto lines = std::make_shared<std::vector<RecordedLine>>(read_recording(in, name));
+    struct Played {
+      std::mutex mutex;
+      std::condition_variable ended;
+      bool done = false;
+      ReplayStats stats;
+      std::exception_ptr thrown;
+    };
+    auto played = std::make_shared<Played>();
+    std::thread player([replay = replay_, lines, played] {
+      ReplayStats stats;
+      std::exception_ptr thrown;
+      try {
+        stats = replay->play(*lines);
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(played->mutex);
+      played->stats = stats;
+      played->thrown = thrown;
+      played->done = true;
+      played->ended.notify_all();
+    });
+    try {
+      wait_interruptibly(std::chrono::steady_clock::time_point::max(),
+                         [&](std::chrono::steady_clock::time_point end) {
+                           std::unique_lock<std::mutex> lock(played->mutex);
+                           return played->ended.wait_until(lock, end,
+                                                           [&] { return played->done; });
+                         });
+    } catch (...) {  // interrupted: the play stops at once
+      replay_->stop();
+      without_gil([&] { player.join(); });
+      throw;
+    }
+    without_gil([&] { player.join(); });
+    if (played->thrown) std::rethrow_exception(played->thrown);
+    return played->stats;
+  }
+  void stop() { replay_->stop(); }
+
+ private:
+  InUse dispatcher_;  // the Replay refers to it
+  std::vector<std::shared_ptr<Device>> devices_;
+  std::shared_ptr<Replay> replay_;
 };
 
 }  // namespace
@@ -371,6 +453,31 @@ void bind_verbs(py::module_& m) {
   m.def(
       "connect_rc_pair", [](PyQueuePair& a, PyQueuePair& b) { connect_rc_pair(*a, *b); }, "a"_a,
       "b"_a, "Connects two RC QPs of one device to each other (loopback).");
+
+  py::class_<ReplayStats>(m, "ReplayStats", "What Replay.play() did.")
+      .def_readonly("injected", &ReplayStats::injected, "Events handed to inject().")
+      .def_readonly("skipped", &ReplayStats::skipped, "Events with no live device or element.")
+      .def_readonly("changes", &ReplayStats::changes, "Device changes handed to on_change.")
+      .def_readonly("stopped", &ReplayStats::stopped, "Whether stop() ended it.");
+
+  py::class_<PyReplay>(
+      m, "Replay",
+      "Plays a recording (what `ibev-watch --json` writes) into a Dispatcher through inject(), "
+      "so that handlers hear what a real fabric did (dispatch/replay.h): a recorded device's "
+      "events go to the Device of that name among devices (none: skipped and counted), a "
+      "device added or removed to on_change(device, 'added' or 'removed'), on the thread "
+      "that plays. Events are injected at their recorded distance divided by speed (0: back "
+      "to back), and are synthesized. ValueError for a speed outside 1e-6 to 1e6 (or 0).")
+      .def(py::init<PyDispatcher&, const std::vector<PyDevice*>&, double, py::object>(),
+           "dispatcher"_a, "devices"_a = std::vector<PyDevice*>{}, "speed"_a = 1.0,
+           "on_change"_a = py::none())
+      .def("play", &PyReplay::play, "recording"_a, "name"_a = "recording",
+           "Plays recording (the text of a .jsonl) and returns its ReplayStats once the last "
+           "event is injected (delivery follows on the dispatching thread). Blocks, without the "
+           "GIL; Ctrl-C stops it (KeyboardInterrupt). ValueError naming name and the line for "
+           "a recording that is not one, or an event inject() refuses.")
+      .def("stop", &PyReplay::stop,
+           "Ends a play() in progress at once, and every later one; any thread.");
 
   m.def(
       "write_metrics",

@@ -12,7 +12,8 @@
 //   - bind_health.cc: ConnectionHealth, HealthOptions, HealthChange,
 //     HealthCause, RecoveryAttempt;
 //   - bind_cm.cc: CmEventChannel, CmId, CmSession, CmAcceptor.
-// WorkerThread is the dispatching room's, write_metrics the verbs room's.
+// WorkerThread is the dispatching room's; write_metrics and Replay the verbs
+// room's.
 // Private to the module.
 //
 // The GIL, which every wrapper here is shaped by:

@@ -17,7 +17,8 @@ HealthOptions(keepalive=0.3), reconnect=...) over a QP, or a CmSession (and
 its server side, a CmAcceptor) that reconnects through the CM by itself;
 on_change(HealthChange) hears up, down (with its HealthCause), recovering,
 failed. A WorkerThread given as HealthOptions(executor=...) runs those
-handlers off the dispatching thread. write_metrics() is the Prometheus text.
+handlers off the dispatching thread. write_metrics() is the Prometheus text;
+Replay plays a recording (ibev-watch --json) into a Dispatcher.
 
 Threads: handlers run on the dispatching thread (the Dispatcher's own after
 start(), or the caller of run_once(): the asyncio loop's with drive()), with

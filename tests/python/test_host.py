@@ -186,3 +186,43 @@ def test_health_and_sessions_refuse_bad_arguments_with_type_errors():
         ibev.HealthOptions(executor="not a WorkerThread")
     with pytest.raises(TypeError, match="callable"):
         ibev.WorkerThread(on_failure=5)
+
+
+RECORDING = """{"recording":"ibev","version":1,"time":"2026-11-27T12:00:00.000000Z"}
+{"time":"2026-11-27T12:00:00.000000Z","device":"rxe0","change":"added","node":"uverbs0"}
+{"time":"2026-11-27T12:00:01.000000Z","device":"rxe0","event":"IBV_EVENT_PORT_ERR","code":10,"scope":"port","port":1,"severity":"error"}
+{"time":"2026-11-27T12:00:10.000000Z","device":"rxe0","event":"IBV_EVENT_PORT_ACTIVE","code":9,"scope":"port","port":1,"severity":"informational"}
+"""
+
+
+def test_a_replay_without_the_recorded_device_skips_its_events_and_hands_over_changes():
+    changes = []
+    with ibev.Dispatcher() as dispatcher:
+        replay = ibev.Replay(dispatcher, speed=0,
+                             on_change=lambda device, change: changes.append((device, change)))
+        stats = replay.play(RECORDING, "flap.jsonl")
+    assert (stats.injected, stats.skipped, stats.changes, stats.stopped) == (0, 2, 1, False)
+    assert changes == [("rxe0", "added")]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: ibev.Replay(d, speed=-1), "speed"),
+    (lambda d: ibev.Replay(d, speed=0).play("not json\n", "bad.jsonl"), "bad.jsonl:1"),
+    (lambda d: ibev.Replay(d, devices=["rxe0"]), "incompatible|Device"),
+], ids=["a negative speed", "a line that is not JSON", "a device that is not a Device"])
+def test_a_replay_refuses_bad_input_naming_it(make, message):
+    with ibev.Dispatcher() as dispatcher:
+        with pytest.raises((ValueError, TypeError), match=message):
+            make(dispatcher)
+
+
+def test_ctrl_c_stops_a_replay_waiting_for_its_next_event():
+    took, stderr = interrupted(
+        "import ibev\n"
+        "d = ibev.Dispatcher()\n"
+        f"recording = {RECORDING!r}\n"
+        "replay = ibev.Replay(d)\n"
+        "print('waiting', flush=True)\n"
+        "replay.play(recording)\n")
+    assert "KeyboardInterrupt" in stderr, stderr
+    assert took < 1.0, f"SIGINT took {took:.2f} s to end a 10 s replay"

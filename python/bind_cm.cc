@@ -20,8 +20,11 @@ using namespace pybind11::literals;
 namespace ibev::python {
 namespace {
 
-struct PyCmEventChannel {
-  std::shared_ptr<CmEventChannel> channel;
+// Its end waits for the dispatching thread (which may run a handler waiting
+// for the GIL): dropped without the GIL, as every Shared is.
+struct PyCmEventChannel : Shared<CmEventChannel> {
+  PyCmEventChannel(std::shared_ptr<CmEventChannel> channel, py::object dispatcher)
+      : Shared(std::move(channel)), dispatcher(std::move(dispatcher)) {}
   py::object dispatcher;  // the Python Dispatcher it is served by
 };
 
@@ -106,7 +109,8 @@ void bind_cm(py::module_& m) {
                                "without rdma_cm) or ValueError (a closed Dispatcher).")
       .def(py::init([](py::object dispatcher) {
              InUse d = dispatcher_of(dispatcher, "CmEventChannel").use();
-             return PyCmEventChannel{CmEventChannel::create(*d), std::move(dispatcher)};
+             return std::make_unique<PyCmEventChannel>(CmEventChannel::create(*d),
+                                                       std::move(dispatcher));
            }),
            "dispatcher"_a)
       .def_property_readonly(
@@ -157,7 +161,7 @@ void bind_cm(py::module_& m) {
             const CmAddress destination = CmAddress::parse(host, port_of(port));
             HealthHandler handler = health_handler(std::move(on_change));
             return std::make_unique<PyCmSession>(without_gil([&] {
-              return CmSession::connect(channel.channel, destination, std::move(handler),
+              return CmSession::connect(channel.ref(), destination, std::move(handler),
                                         std::move(o));
             }));
           },
@@ -207,7 +211,7 @@ void bind_cm(py::module_& m) {
             const CmAddress address = CmAddress::parse(host, port_of(port));
             return std::make_unique<PyCmAcceptor>(without_gil([&] {
               return CmAcceptor::listen(
-                  channel.channel, address,
+                  channel.ref(), address,
                   [sessions](const std::shared_ptr<CmSession>& session) {
                     py::gil_scoped_acquire gil;
                     sessions(std::make_unique<PyCmSession>(session));

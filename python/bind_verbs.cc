@@ -1,14 +1,18 @@
 // The module's verbs room (python/bindings.h lists the rooms): Device and
 // DeviceClients, and what is made on a device: ProtectionDomain,
 // MemoryRegion, CompletionQueue (with WorkCompletion), SharedReceiveQueue,
-// QueuePair (with RcEndpoint and DrainReport).
+// QueuePair (with RcEndpoint and DrainReport); write_metrics and Replay.
 #include "objects.h"
 
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,6 +20,9 @@
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
+#include <ibev/dispatch/replay.h>
+#include <ibev/formats/recording.h>
+#include <ibev/verbs/prometheus_counters.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/rc_endpoint.h>
@@ -46,53 +53,6 @@ class PyDeviceClients {
   std::shared_ptr<ClientsSlot> slot_;
 };
 
-// A Python buffer exported for as long as a region registers it (a
-// bytearray cannot be resized under it): one C-contiguous block, writable
-// when the region's access lets the device write (a strided view would
-// register memory outside the view). Released under the GIL.
-class BufferView {
- public:
-  BufferView(const py::object& buffer, bool writable) {
-    if (PyObject_GetBuffer(buffer.ptr(), &view_,
-                           PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) != 0) {
-      throw py::error_already_set();  // BufferError or TypeError, with Python's words
-    }
-  }
-  ~BufferView() { PyBuffer_Release(&view_); }
-  BufferView(const BufferView&) = delete;
-  BufferView& operator=(const BufferView&) = delete;
-  void* data() const { return view_.buf; }
-  std::size_t size() const { return static_cast<std::size_t>(view_.len); }
-
- private:
-  Py_buffer view_{};
-};
-
-class PyMemoryRegion : public Shared<MemoryRegion> {
- public:
-  PyMemoryRegion(std::shared_ptr<MemoryRegion> mr, std::unique_ptr<BufferView> view)
-      : Shared(std::move(mr)), view_(std::move(view)) {}
-  ~PyMemoryRegion() override {
-    // The region first (Shared's destructor runs after this one: close it
-    // here, so the view is released only once nothing reads the memory).
-    close();
-  }
-  // The SGE for [offset, offset + length) of the region.
-  ibv_sge sge(std::size_t offset, std::size_t length) const {
-    const ibv_mr* mr = (**this).get();
-    if (mr == nullptr) throw_system_error("MemoryRegion (closed)", ENODEV);
-    if (offset > mr->length || length > mr->length - offset) {
-      throw py::value_error("[" + std::to_string(offset) + ", " + std::to_string(offset + length) +
-                            ") is outside the region's " + std::to_string(mr->length) + " bytes");
-    }
-    return ibv_sge{reinterpret_cast<std::uintptr_t>(mr->addr) + offset,
-                   static_cast<std::uint32_t>(length), mr->lkey};
-  }
-
- private:
-  std::unique_ptr<BufferView> view_;
-};
-
 // One receive work request for [offset, offset + length) of a region, for
 // a QP's receive queue or an SRQ.
 struct Receive {
@@ -108,18 +68,90 @@ struct Receive {
   ibv_recv_wr wr{};
 };
 
-struct WorkCompletion {
-  std::uint64_t wr_id;
-  int status;
-  int opcode;
-  std::uint32_t byte_len;
-  std::uint32_t qp_num;
+// A Replay whose play() Python can interrupt: it plays on a thread of its
+// own while the caller waits in slices (Ctrl-C stops the replay, then
+// raises). The devices are the Python ones given, by name.
+class PyReplay {
+ public:
+  PyReplay(PyDispatcher& dispatcher, const std::vector<PyDevice*>& devices, double speed,
+           py::object on_change)
+      : dispatcher_(dispatcher.use()) {
+    for (const PyDevice* device : devices) {
+      if (device == nullptr) throw py::type_error("Replay: devices are Devices");
+      devices_.push_back(device->ref());
+    }
+    Replay::Options options;
+    options.speed = speed;
+    options.device = [devices = devices_](const std::string& recorded) -> ibv_context* {
+      for (const auto& device : devices) {
+        if (device->name() == recorded) return device->context();
+      }
+      return nullptr;
+    };
+    if (!on_change.is_none()) {
+      Callable call(std::move(on_change), "on_change");
+      options.change = [call](const RecordedChange& change) {
+        call(change.device, change.added ? std::string("added") : std::string("removed"));
+      };
+    }
+    replay_ = std::make_shared<Replay>(*dispatcher_, std::move(options));
+  }
+  ReplayStats play(const std::string& text, const std::string& name) {
+    std::istringstream in(text);
+    auto lines = std::make_shared<std::vector<RecordedLine>>(read_recording(in, name));
+    struct Played {
+      std::mutex mutex;
+      std::condition_variable ended;
+      bool done = false;
+      ReplayStats stats;
+      std::exception_ptr thrown;
+    };
+    auto played = std::make_shared<Played>();
+    std::thread player([replay = replay_, lines, played] {
+      ReplayStats stats;
+      std::exception_ptr thrown;
+      try {
+        stats = replay->play(*lines);
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(played->mutex);
+      played->stats = stats;
+      played->thrown = thrown;
+      played->done = true;
+      played->ended.notify_all();
+    });
+    try {
+      wait_interruptibly(std::chrono::steady_clock::time_point::max(),
+                         [&](std::chrono::steady_clock::time_point end) {
+                           std::unique_lock<std::mutex> lock(played->mutex);
+                           return played->ended.wait_until(lock, end,
+                                                           [&] { return played->done; });
+                         });
+    } catch (...) {  // interrupted: the play stops at once
+      replay_->stop();
+      without_gil([&] { player.join(); });
+      throw;
+    }
+    without_gil([&] { player.join(); });
+    if (played->thrown) std::rethrow_exception(played->thrown);
+    return played->stats;
+  }
+  void stop() { replay_->stop(); }
+
+ private:
+  InUse dispatcher_;  // the Replay refers to it
+  std::vector<std::shared_ptr<Device>> devices_;
+  std::shared_ptr<Replay> replay_;
 };
 
 }  // namespace
 
 void bind_verbs(py::module_& m) {
-  py::class_<PyDevice>(m, "Device", "An open RDMA device, its async events served by a Dispatcher.")
+  py::class_<PyDevice>(m, "Device",
+                       "An open RDMA device, its async events served by a Dispatcher: "
+                       "listeners run on the dispatching thread. A removed device is lost: "
+                       "its objects then raise OSError(ENODEV).")
       .def_static(
           "open",
           [](py::object dispatcher, const std::string& name) {
@@ -127,18 +159,30 @@ void bind_verbs(py::module_& m) {
             auto device = without_gil([&] { return Device::open(*d, name); });
             return std::make_unique<PyDevice>(std::move(device), std::move(dispatcher));
           },
-          "dispatcher"_a, "name"_a = "")
-      .def_static("names", &Device::names)
-      .def_property_readonly("name", [](const PyDevice& d) { return (*d).name(); })
-      .def_property_readonly("node", [](const PyDevice& d) { return (*d).node(); })
-      .def_property_readonly("dispatcher", [](const PyDevice& d) { return d.dispatcher; })
-      .def_property_readonly("closed", [](const PyDevice& d) { return (*d).context() == nullptr; })
+          "dispatcher"_a, "name"_a = "",
+          "Opens the device name (empty: the first) on dispatcher. OSError naming the device "
+          "(ENODEV: not there) or the failing verb; ValueError for a closed Dispatcher.")
+      .def_static("names", &Device::names, "The names of the RDMA devices present.")
+      .def_property_readonly(
+          "name", [](const PyDevice& d) { return (*d).name(); }, "The device's name ('rxe0').")
+      .def_property_readonly(
+          "node", [](const PyDevice& d) { return (*d).node(); },
+          "Its node in /sys/class/infiniband (a new one when a device is re-added).")
+      .def_property_readonly(
+          "dispatcher", [](const PyDevice& d) { return d.dispatcher; },
+          "The Dispatcher it was opened on.")
+      .def_property_readonly(
+          "closed", [](const PyDevice& d) { return (*d).context() == nullptr; },
+          "Whether it was closed or lost.")
       .def_property_readonly("loss",
                              [](const PyDevice& d) -> std::optional<std::string> {
                                if ((*d).loss() == DeviceLoss::kNone) return std::nullopt;
                                return std::string(to_string((*d).loss()));
-                             })
-      .def_property_readonly("port_count", [](const PyDevice& d) { return (*d).port_count(); })
+                             },
+                             "How it was lost ('removed', 'fatal', 'async fd failed'); None.")
+      .def_property_readonly(
+          "port_count", [](const PyDevice& d) { return (*d).port_count(); },
+          "How many ports it has.")
       .def(
           "port_state",
           [](const PyDevice& d, int port) {
@@ -149,7 +193,9 @@ void bind_verbs(py::module_& m) {
             return std::string(ibv_port_state_str(
                 (*d).cached_port(static_cast<std::uint8_t>(port)).attributes.state));
           },
-          "port"_a = 1)
+          "port"_a = 1,
+          "The port's state as last cached ('active', 'down'; ibv_port_state_str's words), "
+          "refreshed before listeners hear a port event. IndexError for no such port.")
       .def(
           "listen",
           [](PyDevice& d, py::object handler, std::optional<std::vector<int>> types,
@@ -159,8 +205,13 @@ void bind_verbs(py::module_& m) {
             return std::make_unique<PyHandle>(
                 (*d).on_event(event_filter(types, port), std::move(call)));
           },
-          "handler"_a, "types"_a = py::none(), "port"_a = py::none())
-      .def("close", &PyDevice::close);
+          "handler"_a, "types"_a = py::none(), "port"_a = py::none(),
+          "handler(Event) hears the device's events of types (codes; None: all) on port (None: "
+          "any), on the dispatching thread, until the Handle returned is released. TypeError "
+          "without a callable handler; ValueError for a bad code.")
+      .def("close", &PyDevice::close,
+           "Closes the device (waiting without the GIL for its handlers); its objects then "
+           "raise OSError(ENODEV).");
 
   py::class_<PyDeviceClients>(m, "DeviceClients",
                               "The kernel's ib_client: add(device) for every device present and "
@@ -191,15 +242,22 @@ void bind_verbs(py::module_& m) {
                 }};
             return std::make_unique<PyHandle>(clients.register_client(std::move(client)));
           },
-          "name"_a, "add"_a, "remove"_a)
-      .def("close", &PyDeviceClients::close);
+          "name"_a, "add"_a, "remove"_a,
+          "A client: add(Device) for every device present and added later, remove(Device, "
+          "loss) when one goes, on the dispatching thread, until the Handle is released. "
+          "TypeError for a callback that is not callable; ValueError once closed.")
+      .def("close", &PyDeviceClients::close,
+           "Ends every client (waiting without the GIL for a callback running).");
 
-  py::class_<PyProtectionDomain>(m, "ProtectionDomain")
+  py::class_<PyProtectionDomain>(m, "ProtectionDomain",
+                                 "A protection domain on a device (ibv_alloc_pd): "
+                                 "ProtectionDomain(device). OSError naming the verb, ENODEV "
+                                 "for a closed device.")
       .def(py::init([](const PyDevice& device) {
              return std::make_unique<PyProtectionDomain>(ProtectionDomain::create(device.ref()));
            }),
-           "device"_a, py::keep_alive<1, 2>())
-      .def("close", &PyProtectionDomain::close);
+           "device"_a, py::keep_alive<1, 2>(), "ibv_alloc_pd on device.")
+      .def("close", &PyProtectionDomain::close, "ibv_dealloc_pd; its calls then raise ENODEV.");
 
   py::class_<PyMemoryRegion>(m, "MemoryRegion",
                              "A registered Python buffer (bytearray, memoryview, ...), kept "
@@ -214,18 +272,23 @@ void bind_verbs(py::module_& m) {
            }),
            "pd"_a, "buffer"_a, "access"_a = static_cast<int>(IBV_ACCESS_LOCAL_WRITE),
            py::keep_alive<1, 2>())
-      .def_property_readonly("lkey", [](const PyMemoryRegion& mr) { return (*mr).lkey(); })
-      .def("close", &PyMemoryRegion::close);
+      .def_property_readonly(
+          "lkey", [](const PyMemoryRegion& mr) { return (*mr).lkey(); }, "The local key.")
+      .def("close", &PyMemoryRegion::close,
+           "Deregisters the region, then lets the buffer go.");
 
-  py::class_<WorkCompletion>(m, "WorkCompletion")
-      .def_readonly("wr_id", &WorkCompletion::wr_id)
-      .def_readonly("status", &WorkCompletion::status)
-      .def_readonly("opcode", &WorkCompletion::opcode)
-      .def_readonly("byte_len", &WorkCompletion::byte_len)
-      .def_readonly("qp_num", &WorkCompletion::qp_num)
-      .def_property_readonly("status_name", [](const WorkCompletion& wc) {
-        return std::string(ibv_wc_status_str(static_cast<ibv_wc_status>(wc.status)));
-      });
+  py::class_<WorkCompletion>(m, "WorkCompletion", "One completion (ibv_wc), a value.")
+      .def_readonly("wr_id", &WorkCompletion::wr_id, "The work request's id.")
+      .def_readonly("status", &WorkCompletion::status, "Its ibv_wc_status (IBV_WC_SUCCESS).")
+      .def_readonly("opcode", &WorkCompletion::opcode, "Its ibv_wc_opcode (IBV_WC_SEND, ...).")
+      .def_readonly("byte_len", &WorkCompletion::byte_len, "Bytes received.")
+      .def_readonly("qp_num", &WorkCompletion::qp_num, "The QP it completed on.")
+      .def_property_readonly(
+          "status_name",
+          [](const WorkCompletion& wc) {
+            return std::string(ibv_wc_status_str(static_cast<ibv_wc_status>(wc.status)));
+          },
+          "ibv_wc_status_str of the status.");
 
   py::class_<PyCompletionQueue>(m, "CompletionQueue",
                                 "A CQ whose completions reach on_completion(list of "
@@ -253,7 +316,8 @@ void bind_verbs(py::module_& m) {
           }),
           "device"_a, "on_completion"_a, "on_event"_a = py::none(), "cqe"_a = 64,
           py::keep_alive<1, 2>())
-      .def("close", &PyCompletionQueue::close);
+      .def("close", &PyCompletionQueue::close,
+           "Destroys the CQ (waiting without the GIL for its handlers); close its QPs first.");
 
   py::class_<PySharedReceiveQueue>(m, "SharedReceiveQueue",
                                    "An SRQ whose SRQ_ERR and SRQ_LIMIT_REACHED reach on_event.")
@@ -269,7 +333,9 @@ void bind_verbs(py::module_& m) {
       .def(
           "arm_limit",
           [](PySharedReceiveQueue& srq, std::uint32_t limit) { (*srq).arm_limit(limit); },
-          "limit"_a)
+          "limit"_a,
+          "Arms SRQ_LIMIT_REACHED for when fewer than limit receives are posted (once). OSError "
+          "naming ibv_modify_srq and its errno.")
       .def(
           "post_recv",
           [](PySharedReceiveQueue& srq, const PyMemoryRegion& mr, std::size_t offset,
@@ -281,25 +347,33 @@ void bind_verbs(py::module_& m) {
               throw_system_error("ibv_post_srq_recv", rc);
             }
           },
-          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0)
-      .def("close", &PySharedReceiveQueue::close);
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0,
+          "Posts a receive of [offset, offset + length) of mr. ValueError outside the region; "
+          "OSError naming ibv_post_srq_recv and its errno (ENODEV once closed).")
+      .def("close", &PySharedReceiveQueue::close, "Destroys the SRQ.");
 
   py::class_<RcEndpoint>(m, "RcEndpoint", "What an RC peer needs, in ibv_rc_pingpong's wire form.")
-      .def_property_readonly("qp_num", &RcEndpoint::qp_num)
-      .def_property_readonly("psn", &RcEndpoint::psn)
-      .def("to_wire",
-           [](const RcEndpoint& e) {
-             const auto wire = e.to_wire();
-             return py::bytes(wire.data(), wire.size());
-           })
-      .def_static("from_wire", [](py::bytes wire) {
-        return RcEndpoint::from_wire(static_cast<std::string>(wire));
-      });
+      .def_property_readonly("qp_num", &RcEndpoint::qp_num, "The QP's number.")
+      .def_property_readonly("psn", &RcEndpoint::psn, "The first PSN it sends with.")
+      .def(
+          "to_wire",
+          [](const RcEndpoint& e) {
+            const auto wire = e.to_wire();
+            return py::bytes(wire.data(), wire.size());
+          },
+          "The 52 bytes ibv_rc_pingpong sends.")
+      .def_static(
+          "from_wire",
+          [](py::bytes wire) { return RcEndpoint::from_wire(static_cast<std::string>(wire)); },
+          "Parses to_wire()'s form; ValueError naming what is wrong.");
 
-  py::class_<DrainReport>(m, "DrainReport")
-      .def_readonly("send_drained", &DrainReport::send_drained)
-      .def_readonly("receive_drained", &DrainReport::receive_drained)
-      .def_readonly("last_wqe_reached", &DrainReport::last_wqe_reached);
+  py::class_<DrainReport>(m, "DrainReport", "What QueuePair.drain() drained.")
+      .def_readonly("send_drained", &DrainReport::send_drained,
+                    "Every send posted before has completed.")
+      .def_readonly("receive_drained", &DrainReport::receive_drained,
+                    "Every receive posted before has completed.")
+      .def_readonly("last_wqe_reached", &DrainReport::last_wqe_reached,
+                    "On an SRQ: LAST_WQE_REACHED was heard.");
 
   py::class_<PyQueuePair>(m, "QueuePair",
                           "An RC QP (by default) whose async events reach on_event on the "
@@ -321,17 +395,21 @@ void bind_verbs(py::module_& m) {
            }),
            "pd"_a, "send_cq"_a, "recv_cq"_a, "on_event"_a = py::none(), "srq"_a = nullptr,
            "max_send_wr"_a = 16, "max_recv_wr"_a = 16, py::keep_alive<1, 2>())
-      .def_property_readonly("qp_num", [](const PyQueuePair& qp) { return (*qp).qp_num(); })
+      .def_property_readonly(
+          "qp_num", [](const PyQueuePair& qp) { return (*qp).qp_num(); }, "The QP's number.")
       .def(
           "endpoint",
           [](const PyQueuePair& qp, int port, int gid_index) {
             if (port < 1 || port > 255) throw py::value_error("port " + std::to_string(port));
             return (*qp).endpoint(static_cast<std::uint8_t>(port), gid_index);
           },
-          "port"_a = 1, "gid_index"_a = 0)
+          "port"_a = 1, "gid_index"_a = 0,
+          "This QP's RcEndpoint on port with the GID at gid_index: what the peer needs.")
       .def(
           "connect", [](PyQueuePair& qp, const RcEndpoint& remote) { (*qp).connect(remote); },
-          "remote"_a)
+          "remote"_a,
+          "RESET -> INIT -> RTR -> RTS against the peer's RcEndpoint. OSError naming "
+          "ibv_modify_qp and its errno.")
       .def(
           "post_send",
           [](PyQueuePair& qp, const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
@@ -345,7 +423,9 @@ void bind_verbs(py::module_& m) {
             wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
             (*qp).post_send(wr);
           },
-          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0, "signaled"_a = true)
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0, "signaled"_a = true,
+          "Posts a SEND of [offset, offset + length) of mr. ValueError outside the region; "
+          "OSError naming ibv_post_send and its errno (ENODEV once closed).")
       .def(
           "post_recv",
           [](PyQueuePair& qp, const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
@@ -353,7 +433,9 @@ void bind_verbs(py::module_& m) {
             Receive receive(mr, offset, length, wr_id);
             (*qp).post_recv(receive.wr);
           },
-          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0)
+          "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0,
+          "Posts a receive of [offset, offset + length) of mr. ValueError outside the region; "
+          "OSError naming ibv_post_recv and its errno.")
       .def(
           "drain",
           [](PyQueuePair& qp, double timeout) {
@@ -361,12 +443,60 @@ void bind_verbs(py::module_& m) {
             options.timeout = seconds(timeout);
             return without_gil([&] { return (*qp).drain(options); });
           },
-          "timeout"_a = 5.0)
-      .def("close", &PyQueuePair::close);
+          "timeout"_a = 5.0,
+          "Moves the QP to ERR and waits (without the GIL, up to timeout seconds) until every "
+          "request posted before has completed and the CQ's handler has had it; returns a "
+          "DrainReport. Not on the dispatching thread (RuntimeError).")
+      .def("close", &PyQueuePair::close,
+           "Destroys the QP (waiting without the GIL for its handler).");
 
   m.def(
       "connect_rc_pair", [](PyQueuePair& a, PyQueuePair& b) { connect_rc_pair(*a, *b); }, "a"_a,
       "b"_a, "Connects two RC QPs of one device to each other (loopback).");
+
+  py::class_<ReplayStats>(m, "ReplayStats", "What Replay.play() did.")
+      .def_readonly("injected", &ReplayStats::injected, "Events handed to inject().")
+      .def_readonly("skipped", &ReplayStats::skipped, "Events with no live device or element.")
+      .def_readonly("changes", &ReplayStats::changes, "Device changes handed to on_change.")
+      .def_readonly("stopped", &ReplayStats::stopped, "Whether stop() ended it.");
+
+  py::class_<PyReplay>(
+      m, "Replay",
+      "Plays a recording (what `ibev-watch --json` writes) into a Dispatcher through inject(), "
+      "so that handlers hear what a real fabric did (dispatch/replay.h): a recorded device's "
+      "events go to the Device of that name among devices (none: skipped and counted), a "
+      "device added or removed to on_change(device, 'added' or 'removed'), on the thread "
+      "that plays. Events are injected at their recorded distance divided by speed (0: back "
+      "to back), and are synthesized. ValueError for a speed outside 1e-6 to 1e6 (or 0).")
+      .def(py::init<PyDispatcher&, const std::vector<PyDevice*>&, double, py::object>(),
+           "dispatcher"_a, "devices"_a = std::vector<PyDevice*>{}, "speed"_a = 1.0,
+           "on_change"_a = py::none())
+      .def("play", &PyReplay::play, "recording"_a, "name"_a = "recording",
+           "Plays recording (the text of a .jsonl) and returns its ReplayStats once the last "
+           "event is injected (delivery follows on the dispatching thread). Blocks, without the "
+           "GIL; Ctrl-C stops it (KeyboardInterrupt). ValueError naming name and the line for "
+           "a recording that is not one, or an event inject() refuses.")
+      .def("stop", &PyReplay::stop,
+           "Ends a play() in progress at once, and every later one; any thread.");
+
+  m.def(
+      "write_metrics",
+      [](const PyDispatcher& dispatcher, const std::vector<PyDevice*>& devices) {
+        std::vector<std::shared_ptr<Device>> refs;
+        for (const PyDevice* device : devices) {
+          if (device == nullptr) throw py::type_error("write_metrics: devices are Devices");
+          refs.push_back(device->ref());
+        }
+        InUse d = dispatcher.use();
+        std::ostringstream text;
+        write_metrics(text, *d, refs);
+        return text.str();
+      },
+      "dispatcher"_a, "devices"_a = std::vector<PyDevice*>{},
+      "ibev's counters in the Prometheus text format, as a str: the Dispatcher's figures and "
+      "each device's events, failures and ports (docs/operations.md lists the names). Any "
+      "thread, the dispatching one too: it never waits for a handler. A closed device is left "
+      "out; ValueError for a closed Dispatcher.");
 
 }
 

@@ -80,12 +80,15 @@ class PyEventWait {
           "EventWait.wait() on the dispatching thread, which delivers what it "
           "waits for, would never return; use wait_for(..., done=...)");
     }
-    PyWaitResult result = without_gil([&] {
+    // In slices, for Ctrl-C: a KeyboardInterrupt leaves the wait armed (a
+    // later wait() goes on with it).
+    wait_interruptibly(deadline_, [&](std::chrono::steady_clock::time_point end) {
       std::unique_lock<std::mutex> lock(state_->mutex);
-      state_->ended.wait_until(lock, deadline_, [&] { return state_->result.has_value(); });
-      lock.unlock();
+      return state_->ended.wait_until(lock, end, [&] { return state_->result.has_value(); });
+    });
+    PyWaitResult result = without_gil([&] {
       state_->decide(PyWaitResult{"timed out", std::nullopt});  // if nothing came first
-      lock.lock();
+      std::lock_guard<std::mutex> lock(state_->mutex);
       return *state_->result;
     });
     release();  // decided: nothing more is heard
@@ -143,17 +146,22 @@ Target wait_target(const py::object& target) {
 }  // namespace
 
 void bind_waiting(py::module_& m) {
-  py::class_<PyWaitResult>(m, "WaitResult")
+  py::class_<PyWaitResult>(m, "WaitResult", "How a wait_for() wait ended, and with what event.")
       .def_readonly("outcome", &PyWaitResult::outcome, "'event', 'timed out' or 'device lost'")
-      .def_readonly("event", &PyWaitResult::event)
+      .def_readonly("event", &PyWaitResult::event, "The Event, for 'event' and 'device lost'.")
       .def("__repr__", [](const PyWaitResult& r) { return "<ibev.WaitResult " + r.outcome + ">"; });
 
   py::class_<PyEventWait>(m, "EventWait",
                           "A wait armed by wait_for(): wait() blocks (never on the "
                           "dispatching thread) until the event, the device's loss or the "
                           "timeout; each call after returns the same.")
-      .def("wait", &PyEventWait::wait)
-      .def("cancel", &PyEventWait::cancel);
+      .def("wait", &PyEventWait::wait,
+           "Blocks (without the GIL) until the event, the device's loss or the timeout, and "
+           "returns the WaitResult. Ctrl-C raises KeyboardInterrupt within 50 ms and leaves the "
+           "wait armed. ValueError on the dispatching thread or once cancelled.")
+      .def("cancel", &PyEventWait::cancel,
+           "Disarms the wait (waiting without the GIL for a callback running); wait() then "
+           "raises ValueError.");
 
   m.def(
       "wait_for",

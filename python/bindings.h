@@ -8,7 +8,12 @@
 //   - bind_dispatcher.cc: Event, Handle, Dispatcher;
 //   - bind_verbs.cc: Device, DeviceClients, ProtectionDomain, MemoryRegion,
 //     CompletionQueue, SharedReceiveQueue, QueuePair and their values;
-//   - bind_waiting.cc: wait_for, EventWait, WaitResult.
+//   - bind_waiting.cc: wait_for, EventWait, WaitResult;
+//   - bind_health.cc: ConnectionHealth, HealthOptions, HealthChange,
+//     HealthCause, RecoveryAttempt;
+//   - bind_cm.cc: CmEventChannel, CmId, CmSession, CmAcceptor.
+// WorkerThread is the dispatching room's; write_metrics and Replay the verbs
+// room's.
 // Private to the module.
 //
 // The GIL, which every wrapper here is shaped by:
@@ -31,6 +36,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -155,6 +161,26 @@ auto without_gil(Call&& call) {
   return call();
 }
 
+// A blocking wait that Ctrl-C interrupts, as time.sleep() is: waits without
+// the GIL in slices of at most kSignalSlice, running Python's signal handlers
+// between them (PyErr_CheckSignals, a no-op off the main thread), so that
+// SIGINT's KeyboardInterrupt (or what any Python handler raises) leaves as
+// py::error_already_set within a slice. `wait_until(end)` blocks until
+// `end` at most and says whether the wait is over; returns false once
+// `deadline` passed without that. Under the GIL; the GIL is let go for each
+// slice (a handler it waits for may need it).
+inline constexpr std::chrono::milliseconds kSignalSlice{50};
+
+template <typename WaitUntil>
+bool wait_interruptibly(std::chrono::steady_clock::time_point deadline, WaitUntil&& wait_until) {
+  for (;;) {
+    const auto end = std::min(deadline, std::chrono::steady_clock::now() + kSignalSlice);
+    if (without_gil([&] { return wait_until(end); })) return true;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
+}
+
 // A duration given in seconds: finite and not negative, rounded up to
 // whole milliseconds (0.0001 s is 1 ms, not 0).
 inline std::chrono::milliseconds seconds(double value, const char* what = "timeout") {
@@ -172,6 +198,8 @@ inline std::chrono::milliseconds seconds(double value, const char* what = "timeo
 void bind_dispatcher(py::module_& m);  // bind_dispatcher.cc
 void bind_verbs(py::module_& m);       // bind_verbs.cc
 void bind_waiting(py::module_& m);     // bind_waiting.cc
+void bind_health(py::module_& m);      // bind_health.cc
+void bind_cm(py::module_& m);          // bind_cm.cc
 
 }  // namespace ibev::python
 

@@ -46,4 +46,6 @@ PYBIND11_MODULE(_ibev, m) {
   bind_dispatcher(m);
   bind_verbs(m);
   bind_waiting(m);
+  bind_health(m);
+  bind_cm(m);
 }

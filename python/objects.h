@@ -9,16 +9,22 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include <ibev/core/executor.h>
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
 #include <ibev/core/registry.h>
 #include <ibev/dispatch/dispatcher.h>
+#include <ibev/dispatch/worker_thread.h>
+#include <ibev/verbs/connection_health.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
@@ -27,6 +33,21 @@
 #include <ibev/verbs/shared_receive_queue.h>
 
 namespace ibev::python {
+
+// A Python on_failure(kind, description) as a FailureSink (empty for None):
+// called on the thread that reports, with the GIL taken.
+inline FailureSink failure_sink(py::object on_failure) {
+  if (on_failure.is_none()) return {};
+  Callable sink(std::move(on_failure), "on_failure");
+  return [sink](const Failure& failure) {
+    try {
+      sink(std::string(to_string(failure.kind)), describe(failure));
+    } catch (const std::exception& e) {
+      // A sink that raises: what ibev does with a C++ sink that throws.
+      send_to({}, Failure::handler_threw("on_failure", e.what()));
+    }
+  };
+}
 
 // Device clients must go before their Dispatcher (C++'s rule); Python may
 // drop them in any order, so the Dispatcher ends them first when it closes.
@@ -64,17 +85,7 @@ class PyDispatcher {
     Dispatcher::Options options;
     options.batch = batch;
     options.stall_after = seconds(stall_after, "stall_after");
-    if (!on_failure.is_none()) {
-      Callable sink(std::move(on_failure), "on_failure");
-      options.on_failure = [sink](const Failure& failure) {
-        try {
-          sink(std::string(to_string(failure.kind)), describe(failure));
-        } catch (const std::exception& e) {
-          // A sink that raises: what ibev does with a C++ sink that throws.
-          send_to({}, Failure::handler_threw("on_failure", e.what()));
-        }
-      };
-    }
+    options.on_failure = failure_sink(std::move(on_failure));
     dispatcher_ = std::make_shared<Dispatcher>(std::move(options));
   }
   ~PyDispatcher() { close(); }
@@ -188,6 +199,128 @@ inline void require_served_by(Dispatcher& dispatcher, const Registry& registry, 
   if (&dispatcher.registry() != &registry) {
     throw py::value_error(std::string(who) + ": its device was opened on another Dispatcher");
   }
+}
+
+// A Python buffer exported for as long as a region registers it (a
+// bytearray cannot be resized under it): one C-contiguous block, writable
+// when the region's access lets the device write (a strided view would
+// register memory outside the view). Released under the GIL.
+class BufferView {
+ public:
+  BufferView(const py::object& buffer, bool writable) {
+    if (PyObject_GetBuffer(buffer.ptr(), &view_,
+                           PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+      throw py::error_already_set();  // BufferError or TypeError, with Python's words
+    }
+  }
+  ~BufferView() { PyBuffer_Release(&view_); }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  void* data() const { return view_.buf; }
+  std::size_t size() const { return static_cast<std::size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+class PyMemoryRegion : public Shared<MemoryRegion> {
+ public:
+  PyMemoryRegion(std::shared_ptr<MemoryRegion> mr, std::unique_ptr<BufferView> view)
+      : Shared(std::move(mr)), view_(std::move(view)) {}
+  ~PyMemoryRegion() override {
+    // The region first (Shared's destructor runs after this one: close it
+    // here, so the view is released only once nothing reads the memory).
+    close();
+  }
+  // The SGE for [offset, offset + length) of the region.
+  ibv_sge sge(std::size_t offset, std::size_t length) const {
+    const ibv_mr* mr = (**this).get();
+    if (mr == nullptr) throw_system_error("MemoryRegion (closed)", ENODEV);
+    if (offset > mr->length || length > mr->length - offset) {
+      throw py::value_error("[" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                            ") is outside the region's " + std::to_string(mr->length) + " bytes");
+    }
+    return ibv_sge{reinterpret_cast<std::uintptr_t>(mr->addr) + offset,
+                   static_cast<std::uint32_t>(length), mr->lkey};
+  }
+
+ private:
+  std::unique_ptr<BufferView> view_;
+};
+
+// A completion as Python reads it (a CompletionQueue's handler's list).
+struct WorkCompletion {
+  std::uint64_t wr_id;
+  int status;
+  int opcode;
+  std::uint32_t byte_len;
+  std::uint32_t qp_num;
+};
+
+// A WorkerThread that Python may close (or drop) while what it serves still
+// holds its Executor: the executor then drops its tasks (handler calls
+// lost), rather than posting to a thread that is gone.
+class PyWorkerThread {
+ public:
+  explicit PyWorkerThread(py::object on_failure) : box_(std::make_shared<Box>()) {
+    box_->worker = std::make_unique<WorkerThread>(failure_sink(std::move(on_failure)));
+  }
+  ~PyWorkerThread() {
+    std::unique_ptr<WorkerThread> ending = take();
+    if (ending && ending->in_worker_thread()) {
+      // Dropped by a task of its own (the collector ran there): joined elsewhere.
+      std::thread([ending = std::move(ending)]() mutable { ending.reset(); }).detach();
+      return;
+    }
+    without_gil([&] { ending.reset(); });
+  }
+  // Runs the tasks posted, then joins; RuntimeError from its own thread.
+  void close() {
+    std::unique_ptr<WorkerThread> ending = take();
+    if (ending && ending->in_worker_thread()) {
+      std::lock_guard<std::mutex> lock(box_->mutex);
+      box_->worker = std::move(ending);
+      throw std::runtime_error("WorkerThread.close() from a task on that thread would never return");
+    }
+    without_gil([&] { ending.reset(); });
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(box_->mutex);
+    return !box_->worker;
+  }
+  Executor executor() const {
+    return [box = box_](Task task) {
+      std::lock_guard<std::mutex> lock(box->mutex);
+      if (box->worker) box->worker->post(std::move(task));
+    };
+  }
+
+ private:
+  struct Box {
+    std::mutex mutex;
+    std::unique_ptr<WorkerThread> worker;  // null once closed
+  };
+  std::unique_ptr<WorkerThread> take() {
+    std::lock_guard<std::mutex> lock(box_->mutex);
+    return std::move(box_->worker);
+  }
+  std::shared_ptr<Box> box_;
+};
+
+// ConnectionHealth::Options as Python gives them (HealthOptions), in seconds.
+struct PyHealthOptions {
+  ConnectionHealth::Options options;
+};
+
+// A Python on_change(HealthChange) as a HealthHandler (bind_health.cc):
+// TypeError unless callable; called with the GIL taken.
+HealthHandler health_handler(py::object on_change);
+
+// The rdma-core QP of what a ConnectionHealth or CmSession runs on, wrapped
+// (null: None).
+inline py::object queue_pair_object(std::shared_ptr<QueuePair> qp) {
+  if (!qp) return py::none();
+  return py::cast(std::make_unique<Shared<QueuePair>>(std::move(qp)));
 }
 
 }  // namespace ibev::python

@@ -4,8 +4,9 @@
 # -Werror, syntax only; fails on any warning. The headers are found as Bazel
 # lays them out (<ibev/core/...>, <ibev/ibev_c.h>): a scratch folder holds an
 # `ibev` folder of links into the tree. Tests are left out: they lock what
-# they like. python/ too: its headers want python3-dev's flags, and its two
-# mutexes (objects.h, bind_waiting.cc) are plain std ones, unannotated.
+# they like. python/ too: its headers want python3-dev's flags, and its
+# mutexes (objects.h, bind_waiting.cc, bind_verbs.cc) are plain std ones,
+# unannotated.
 # Usage: tools/thread_safety.sh [FILE.cc...]; prints one line when all pass.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -12,12 +12,20 @@ serves every device, completion queue and fd:
                           timeout=5).wait()
     # in asyncio: stop = ibev.drive(dispatcher); await device.next_event(...)
 
+A connection's health and its recovery: ConnectionHealth(qp, on_change,
+HealthOptions(keepalive=0.3), reconnect=...) over a QP, or a CmSession (and
+its server side, a CmAcceptor) that reconnects through the CM by itself;
+on_change(HealthChange) hears up, down (with its HealthCause), recovering,
+failed. A WorkerThread given as HealthOptions(executor=...) runs those
+handlers off the dispatching thread. write_metrics() is the Prometheus text;
+Replay plays a recording (ibev-watch --json) into a Dispatcher.
+
 Threads: handlers run on the dispatching thread (the Dispatcher's own after
 start(), or the caller of run_once(): the asyncio loop's with drive()), with
 the GIL taken. What a handler raises becomes a failure record (on_failure,
 or one line on stderr) and dispatch goes on. Calls that wait for a handler
 (stop, close, release, drain, EventWait.wait) release the GIL while they
-wait. Bad input raises: TypeError (wrong types), ValueError (out of range, a
+wait; Ctrl-C interrupts EventWait.wait and run_once (KeyboardInterrupt). Bad input raises: TypeError (wrong types), ValueError (out of range, a
 closed Dispatcher, a blocking wait on the dispatching thread, an object of
 another Dispatcher), RuntimeError (a controlling call out of turn: start()
 twice, run_once() while started, a drain on the dispatching thread), OSError

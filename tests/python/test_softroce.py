@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ import time
 import pytest
 
 import ibev
+from children import interrupted
 
 DEVICE = os.environ.get("IBEV_TEST_DEVICE", "rxe0")
 NETDEV = os.environ.get("IBEV_TEST_NETDEV", "d0")
@@ -392,3 +394,172 @@ def _eventually(condition, seconds=20.0):
             return condition()
         time.sleep(0.01)
     return True
+
+
+def test_ctrl_c_interrupts_a_blocking_event_wait():
+    """SIGINT to a process blocked in a 10 s EventWait.wait(): it ends with
+    KeyboardInterrupt within a second (the wait runs Python's signal
+    handlers every 50 ms, as time.sleep does), not at the timeout."""
+    took, stderr = interrupted(f"""
+import ibev
+dispatcher = ibev.Dispatcher()
+device = ibev.Device.open(dispatcher, {DEVICE!r})
+dispatcher.start()
+waiting = ibev.wait_for(dispatcher, device, [ibev.IBV_EVENT_SM_CHANGE], timeout=10)
+print("waiting", flush=True)
+waiting.wait()
+""")
+    assert "KeyboardInterrupt" in stderr, stderr
+    assert took < 1.0, f"SIGINT took {took:.2f} s to end a 10 s EventWait.wait()"
+
+
+ADDRESS = os.environ.get("IBEV_TEST_ADDRESS", "fd00::1")
+
+
+def _next_change(changes, state, timeout=20):
+    """The next HealthChange to state, from a queue of them (others skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        change = changes.get(timeout=max(deadline - time.monotonic(), 0.01))
+        if change.state == state:
+            return change
+
+
+def test_connection_health_goes_down_with_its_cause_and_recovers_in_place(
+        dispatcher, device, failures):
+    """A QP_FATAL takes an up connection down (one change, with the event
+    as its cause); the recovery resets the QP and hands reconnect() an
+    attempt, which connects it to a new peer QP: the connection is up again
+    and its causes are cleared. With a WorkerThread as executor, the handler
+    and reconnect run there, not on the dispatching thread."""
+    pd = ibev.ProtectionDomain(device)
+    cq = ibev.CompletionQueue(device, lambda batch: None)
+    dispatching = []  # the QP's own handler runs on the dispatching thread
+    a = ibev.QueuePair(pd, cq, cq, on_event=lambda event: dispatching.append(threading.get_ident()))
+    b = ibev.QueuePair(pd, cq, cq)
+    ibev.connect_rc_pair(a, b)
+    changes, attempts, threads = queue.Queue(), [], []
+    peers = [b]
+
+    def reconnect(attempt):
+        threads.append(threading.get_ident())
+        attempts.append((attempt.number, attempt.cause.what))
+        peer = ibev.QueuePair(pd, cq, cq)
+        peer.connect(attempt.local)
+        peers.append(peer)
+        attempt.connect(peer.endpoint())
+
+    def on_change(change):
+        threads.append(threading.get_ident())
+        changes.put(change)
+
+    worker = ibev.WorkerThread(on_failure=failures)
+    options = ibev.HealthOptions(first_delay=0.05, max_delay=0.2, give_up_after=10,
+                                 executor=worker)
+    dispatcher.start()
+    with ibev.ConnectionHealth(a, on_change, options, reconnect=reconnect) as health:
+        assert health.state == "up" and health.causes() == []
+        dispatcher.inject(device, ibev.IBV_EVENT_QP_FATAL, qp=a)
+        down = _next_change(changes, "down")
+        assert (down.previous, down.cause.source, down.cause.code) == (
+            "up", "async event", ibev.IBV_EVENT_QP_FATAL)
+        assert _next_change(changes, "recovering").cause.code == ibev.IBV_EVENT_QP_FATAL
+        _next_change(changes, "up")
+        assert health.state == "up" and health.causes() == []
+        assert attempts == [(1, "IBV_EVENT_QP_FATAL")]
+        assert health.queue_pair.qp_num == a.qp_num  # in place: the same QP
+        health.fail("the test is over")
+        assert _next_change(changes, "failed").cause.what == "the test is over"
+    worker.close()
+    # One thread, the worker's: neither this one nor the dispatching one.
+    assert len(set(threads)) == 1 and threads[0] != threading.get_ident()
+    assert dispatching and threads[0] != dispatching[0]
+    dispatcher.stop()
+    assert failures.seen == []
+
+
+@pytest.fixture
+def cm_address():
+    """ADDRESS on NETDEV, once rxe0's GID table lists it (rdma_cm binds to it)."""
+    run(f"ip -6 addr replace {ADDRESS}/64 dev {NETDEV} nodad")
+    packed = socket.inet_pton(socket.AF_INET6, ADDRESS).hex()
+    gid = ":".join(packed[i:i + 4] for i in range(0, 32, 4))
+    gids = f"/sys/class/infiniband/{DEVICE}/ports/1/gids"
+
+    def listed():
+        for index in range(16):
+            try:
+                with open(f"{gids}/{index}") as entry:
+                    if entry.read().strip() == gid:
+                        return True
+            except OSError:
+                pass
+        return False
+    assert _eventually(listed), f"{ADDRESS} not in {DEVICE}'s GID table"
+    return ADDRESS
+
+
+def test_a_session_goes_down_when_its_peer_is_killed_and_up_when_it_is_back(
+        dispatcher, device, failures, cm_address):
+    """A CmSession to a CmAcceptor in another process: SIGKILL the peer and
+    the session goes down with a cause (the CM's disconnect, or the
+    keepalive: 3 x 0.3 s) within seconds; start the peer again on the same
+    port and the session's recovery connects to it: up again."""
+    peer_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_peer.py")
+
+    def start_peer(port):
+        peer = subprocess.Popen([sys.executable, peer_script, DEVICE, ADDRESS, str(port)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line.strip()) for line in peer.stdout],
+                         daemon=True).start()
+        first = lines.get(timeout=20)
+        assert first.startswith("listening "), first
+        return peer, int(first.split()[1]), lines
+
+    pd = ibev.ProtectionDomain(device)
+    cq = ibev.CompletionQueue(device, lambda batch: None)
+    mr = ibev.MemoryRegion(pd, bytearray(64 * 8))
+    made = []
+
+    def make_qp(cm_id, attempt):
+        assert cm_id.device_name == DEVICE
+        qp = ibev.QueuePair(pd, cq, cq)
+        cm_id.init_qp(qp)
+        for slot in range(8):
+            qp.post_recv(mr, 64 * slot, 64, wr_id=slot)
+        made.append(qp)
+        return qp
+
+    channel = ibev.CmEventChannel(dispatcher)
+    dispatcher.start()
+    peer, port, peer_lines = start_peer(0)
+    changes = queue.Queue()
+    options = ibev.HealthOptions(keepalive=0.3, misses=3, first_delay=0.05, max_delay=0.4,
+                                 give_up_after=30)
+    try:
+        with ibev.CmSession.connect(channel, ADDRESS, port, changes.put, make_qp, id=42,
+                                    options=options) as session:
+            _next_change(changes, "up")
+            assert session.id == 42 and session.health.state == "up"
+            assert session.queue_pair.qp_num == made[-1].qp_num
+            killed = time.monotonic()
+            peer.kill()
+            peer.wait()
+            down = _next_change(changes, "down")
+            noticed = time.monotonic() - killed
+            assert down.previous == "up" and down.cause.source in (
+                "CM event", "keepalive", "completion", "async event"), down
+            assert noticed < 3 * 0.3 + 4, f"noticed in {noticed:.2f} s ({down.cause})"
+            peer, _, peer_lines = start_peer(port)
+            up = _next_change(changes, "up", timeout=30)
+            assert up.previous == "recovering"
+            assert session.health.state == "up" and session.health.causes() == []
+            while (line := peer_lines.get(timeout=20)) != "state up":  # the peer's session
+                assert line.startswith("state "), line
+            assert len(made) >= 2  # a new QP for the new connection
+    finally:
+        peer.stdin.close()
+        peer.wait(timeout=20)
+    dispatcher.stop()
+    assert failures.seen == [], failures.seen

@@ -799,7 +799,8 @@ BOOST_DATA_TEST_CASE(a_negative_event_code_is_refused,
   const std::string says = "event code " + std::to_string(code) + " is negative";
   expect_invalid([code] { EventFilter::of_codes({code}); }, says);
   expect_invalid([code] { EventFilter::of_codes({IBV_EVENT_PORT_ERR, code}); }, says);
-  expect_invalid([code] { EventFilter{static_cast<ibv_event_type>(code)}; }, says);
+  // Not as an ibv_event_type: a negative value is outside that enum's range
+  // (UBSan says so), so no defined program spells one.
 }
 
 BOOST_AUTO_TEST_CASE(newer_codes_are_device_events_not_object_events) {

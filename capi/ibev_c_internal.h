@@ -6,7 +6,9 @@
 //   - ibev_c_dispatch.cc: the dispatcher, registrations and waits (what
 //     dispatch/ is in C++);
 //   - ibev_c_verbs.cc: devices, their clients and what is made on them
-//     (what verbs/ is in C++).
+//     (what verbs/ is in C++), and their metrics;
+//   - ibev_c_health.cc: a connection's health and its recovery attempts
+//     (verbs/connection_health.h).
 // Each ibev_* object is a struct holding one reference to the C++ object
 // (or the C++ object itself, for what C++ does not share), and each function
 // is its C++ counterpart inside api_call(), the one place where what C++
@@ -32,11 +34,14 @@
 #include <ibev/core/handle.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/event_wait.h>
+#include <ibev/dispatch/worker_thread.h>
+#include <ibev/verbs/connection_health.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/rc_endpoint.h>
 #include <ibev/verbs/shared_receive_queue.h>
 
 // What C++ shares (a device, what is made on it) C holds one reference to;
@@ -65,6 +70,15 @@ struct ibev_handle {
 };
 struct ibev_waiter {
   ibev::EventWait wait;
+};
+struct ibev_worker {
+  explicit ibev_worker(ibev::FailureSink on_failure) : worker(std::move(on_failure)) {}
+  ibev::WorkerThread worker;
+};
+struct ibev_health : Shared<ibev::ConnectionHealth> {};
+// Copies of a RecoveryAttempt share it: each ibev_recovery_attempt is one.
+struct ibev_recovery_attempt {
+  ibev::RecoveryAttempt attempt;
 };
 
 // Internal (ibev::detail is not exported; cmake/libibev.map.in), and out of
@@ -155,6 +169,13 @@ Enum enum_in_range(const CEnum& value, int last, const char* what) {
 ibev_event to_c(const ibev::Event& event) noexcept;
 ibev::Handler event_handler(ibev_event_fn handler, void* context);
 ibev::EventFilter to_filter(const ibev_filter* filter);
+
+// What the rooms share (ibev_c_dispatch.cc, ibev_c_verbs.cc): a C failure
+// function as a FailureSink; an RC endpoint and connect attributes both ways.
+ibev::FailureSink failure_sink(ibev_failure_fn sink, void* context);
+ibev_rc_endpoint to_c(const ibev::RcEndpoint& endpoint) noexcept;
+ibev::RcEndpoint from_c(const ibev_rc_endpoint& endpoint);
+ibev::ConnectOptions connect_options(const ibev_connect_attr* attr);
 
 }  // namespace capi
 }  // namespace detail

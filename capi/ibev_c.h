@@ -22,14 +22,16 @@
 // between ibev_dispatcher_start() and _stop(), or the caller of
 // ibev_dispatcher_run_once() (a CQ made with ibev_cq_attr.dispatcher: its
 // completions on that dispatcher's thread, its CQ_ERR on the device's; the
-// two may run at once, so they share `context` with care). Every other call
-// may be made from any thread, handlers included, with three exceptions: one
-// object (a handle, a waiter) is one thread's at a time; a blocking call
-// (ibev_waiter_wait, ibev_qp_drain) on the thread that drives run_once()
-// waits out its timeout, as nobody dispatches meanwhile (on the dispatching
-// thread itself it is EINVAL); and ibev_dispatcher_destroy() is never called
-// from one of its handlers. Do not release or destroy while holding a lock
-// the handler takes: the call waits for the handler.
+// two may run at once, so they share `context` with care; a health's
+// handler and reconnect function on its ibev_worker, when it has one).
+// Every other call may be made from any thread, handlers included, with
+// three exceptions: one object (a handle, a waiter) is one thread's at a
+// time; a blocking call (ibev_waiter_wait, ibev_qp_drain) on the thread that
+// drives run_once() waits out its timeout, as nobody dispatches meanwhile
+// (on the dispatching thread itself it is EINVAL); and
+// ibev_dispatcher_destroy() is never called from one of its handlers. Do not
+// release or destroy while holding a lock the handler takes: the call waits
+// for the handler.
 //
 // Lifetime. Each ibev_* object is one reference to the C++ object behind it.
 // Destroying it drops that reference: the rdma-core object is destroyed then,
@@ -73,6 +75,10 @@ typedef struct ibev_waiter ibev_waiter;
 typedef struct ibev_worker ibev_worker;
 typedef struct ibev_health ibev_health;
 typedef struct ibev_recovery_attempt ibev_recovery_attempt;
+typedef struct ibev_cm_channel ibev_cm_channel;
+typedef struct ibev_cm_id ibev_cm_id;
+typedef struct ibev_cm_session ibev_cm_session;
+typedef struct ibev_cm_acceptor ibev_cm_acceptor;
 
 // What the calling thread's last failed ibev call said; "" when none failed.
 // Valid until another ibev call fails on this thread.
@@ -387,6 +393,12 @@ int ibev_qp_endpoint(const ibev_qp *qp, uint8_t port, int gid_index,
 // before the peer's endpoint arrives (as in a recovery attempt, whose QP is
 // in RESET).
 int ibev_qp_to_init(ibev_qp *qp, const struct ibev_connect_attr *attr);
+// Any state -> RESET, as a reconnection in place begins: what was posted
+// and not completed is gone without a completion (drain first to have it
+// completed), and the first PSN is drawn anew (a fixed_psn QP keeps its
+// own), so that the old connection's packets are not taken for the new
+// one's: advertise ibev_qp_endpoint() again.
+int ibev_qp_reset(ibev_qp *qp);
 // RESET or INIT -> RTS, connected to `remote`.
 int ibev_qp_connect(ibev_qp *qp, const struct ibev_rc_endpoint *remote,
                     const struct ibev_connect_attr *attr);
@@ -661,6 +673,118 @@ int ibev_recovery_attempt_replace(const ibev_recovery_attempt *attempt, ibev_qp 
 // The attempt failed, `why` (NULL: no text): the next is scheduled.
 // EALREADY when it was settled.
 int ibev_recovery_attempt_fail(const ibev_recovery_attempt *attempt, const char *why);
+
+// -------------------------------------------------------- CM sessions
+
+// A session: one logical RC connection through the RDMA connection manager
+// that outlives its QPs, as ibev::CmSession and ibev::CmAcceptor
+// (cm/cm_session.h says who reconnects, how a server knows a peer again by
+// the session's id, and which CM events are causes). Its health is an
+// ibev_health whose recovery replaces the QP: each attempt resolves and
+// connects on a new CM id and asks the application for a new QP
+// (ibev_make_qp_fn), on whatever device reaches the peer now.
+
+// An rdma_event_channel served by `dispatcher` (which must outlive it and
+// every session and acceptor made on it). ENODEV without rdma_cm in the
+// kernel; EINVAL for a NULL dispatcher.
+ibev_cm_channel *ibev_cm_channel_create(ibev_dispatcher *dispatcher);
+// Stops serving it (the channel goes with its last session or acceptor).
+// NULL is ignored.
+void ibev_cm_channel_destroy(ibev_cm_channel *channel);
+
+// The CM id of one attempt, lent to ibev_make_qp_fn for its call.
+// The name of the device it resolved to: open that device (or find the one
+// you have of that name) and make the QP there. NULL for a NULL id.
+const char *ibev_cm_id_device_name(const ibev_cm_id *id);
+// Takes `qp` to INIT for this id (its port, P_Key, access), so that its
+// receives can be posted before the QP is handed back.
+int ibev_cm_id_init_qp(const ibev_cm_id *id, ibev_qp *qp);
+
+// One attempt's QP: an RC QP on ibev_cm_id_device_name()'s device, its CQs
+// served by the channel's dispatcher, in INIT (ibev_cm_id_init_qp()) with
+// its receives posted. ibev takes the returned ibev_qp (do not destroy it);
+// NULL fails the attempt (with errno and ibev_last_error() saying why), and
+// the next is scheduled. Runs on the dispatching thread or the health's
+// executor; `attempt` is the recovery attempt (its undelivered wr_ids).
+typedef ibev_qp *(*ibev_make_qp_fn)(const ibev_cm_id *id, const ibev_recovery_attempt *attempt,
+                                    void *context);
+
+// A session's options. Start from ibev_cm_session_attr_init(). `health`
+// gives the keepalive, deadline, executor and recovery policy; its port,
+// initial state, mode, connect and reconnect are the session's own.
+struct ibev_cm_session_attr {
+  uint64_t id;  // nonzero: how the acceptor knows this session again
+  ibev_make_qp_fn make_qp;
+  void *make_qp_context;
+  const void *private_data;  // the application's, after the session's id: 40 bytes at most
+  size_t private_data_length;
+  struct ibev_health_attr health;
+  int resolve_timeout_ms;  // each of rdma_resolve_addr and rdma_resolve_route
+  int connect_timeout_ms;  // an attempt's time from its new id to ESTABLISHED
+};
+void ibev_cm_session_attr_init(struct ibev_cm_session_attr *attr);
+
+// The active side: connects to `host` (a numeric IPv4 or IPv6 address) and
+// `port`; down until the CM says ESTABLISHED, then up. Its first connect is
+// its first attempt, so a server not there yet is retried as a lost one is.
+// `on_change` hears its health as ibev_health_create()'s handler does.
+// EINVAL for a NULL channel, attr field or handler, an id 0, a host that
+// is not a numeric address, a timeout not above 0, private data past 40
+// bytes, or what ibev_health_create() refuses.
+ibev_cm_session *ibev_cm_session_connect(ibev_cm_channel *channel, const char *host,
+                                         uint16_t port, const struct ibev_cm_session_attr *attr,
+                                         ibev_health_fn on_change, void *context);
+// Closes it: its health (the handler waited for as ibev_health_destroy()
+// says), then the CM id (the peer hears DISCONNECTED); the QP is let go.
+// NULL is ignored.
+void ibev_cm_session_destroy(ibev_cm_session *session);
+// Its id (0 for NULL).
+uint64_t ibev_cm_session_id(const ibev_cm_session *session);
+// Its health, lent for the session's life (not to be destroyed): state,
+// causes, completions, post_send and retry_now go through it. NULL for a
+// NULL session.
+ibev_health *ibev_cm_session_health(ibev_cm_session *session);
+
+// An acceptor's options. Start from ibev_cm_acceptor_attr_init().
+struct ibev_cm_acceptor_attr {
+  ibev_make_qp_fn make_qp;
+  void *make_qp_context;
+  const void *private_data;  // the reply's: 196 bytes at most
+  size_t private_data_length;
+  // Every session's: policy.give_up_after_ms is how long one waits for its
+  // peer to come back before it fails.
+  struct ibev_health_attr health;
+  int backlog;
+  int connect_timeout_ms;  // from accepting a request to ESTABLISHED
+};
+void ibev_cm_acceptor_attr_init(struct ibev_cm_acceptor_attr *attr);
+
+// A session new to the acceptor, not up yet: it is the callee's, to keep
+// and destroy with ibev_cm_session_destroy() (destroying it at once closes
+// it, and the peer is rejected). On the dispatching thread.
+typedef void (*ibev_cm_session_fn)(ibev_cm_session *session, void *context);
+// A change of the session with this id: every session of the acceptor
+// reports here, as the health handler does.
+typedef void (*ibev_cm_change_fn)(uint64_t id, const struct ibev_health_change *change,
+                                  void *context);
+
+// rdma_listen on `host` (a numeric address; "::" or "0.0.0.0": any) and
+// `port` (0: any free one, ibev_cm_acceptor_port() tells which). A request naming a
+// session of this acceptor is that session's next attempt; one naming none
+// makes a new session (`on_session`). EINVAL for a NULL channel, host,
+// attr field or callback, a host that is not a numeric address, a timeout
+// not above 0; rdma_bind_addr's or rdma_listen's errno.
+ibev_cm_acceptor *ibev_cm_acceptor_listen(ibev_cm_channel *channel, const char *host,
+                                          uint16_t port, const struct ibev_cm_acceptor_attr *attr,
+                                          ibev_cm_session_fn on_session,
+                                          ibev_cm_change_fn on_change, void *context);
+// Stops listening (on_session returns first); the sessions go on, each
+// its keeper's. NULL is ignored.
+void ibev_cm_acceptor_destroy(ibev_cm_acceptor *acceptor);
+// The port it listens on (0 for NULL).
+uint16_t ibev_cm_acceptor_port(const ibev_cm_acceptor *acceptor);
+// The sessions it knows by id: neither failed nor closed (0 for NULL).
+size_t ibev_cm_acceptor_sessions(const ibev_cm_acceptor *acceptor);
 
 #ifdef __cplusplus
 }  // extern "C"

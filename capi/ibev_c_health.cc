@@ -17,6 +17,71 @@
 #include <ibev/verbs/connection_health.h>
 #include "ibev_c_internal.h"
 
+namespace ibev {
+namespace detail {
+namespace capi {
+
+// Its `what` is the C++ cause's: valid while that is.
+ibev_health_cause to_c(const ibev::HealthCause& cause) noexcept {
+  return {static_cast<ibev_health_source>(cause.source), cause.code, cause.wr_id,
+          cause.what.c_str()};
+}
+
+ibev::HealthCause from_c(const ibev_health_cause* cause) {
+  ibev::HealthCause result;
+  if (cause == nullptr) return result;
+  result.source = enum_in_range<ibev::HealthSource>(cause->source, IBEV_HEALTH_RECOVERY,
+                                                    "cause->source");
+  result.code = cause->code;
+  result.wr_id = cause->wr_id;
+  if (cause->what != nullptr) result.what = cause->what;
+  return result;
+}
+
+ibev_health_change to_c(const ibev::HealthChange& change) noexcept {
+  return {static_cast<ibev_connection_state>(change.from),
+          static_cast<ibev_connection_state>(change.to), to_c(change.cause)};
+}
+
+ibev::HealthHandler health_handler(ibev_health_fn handler, void* context) {
+  return [handler, context](const ibev::HealthChange& change) {
+    const ibev_health_change c = to_c(change);
+    handler(&c, context);
+  };
+}
+
+ibev::ConnectionHealth::Options health_options(const ibev_health_attr& a) {
+  ibev::ConnectionHealth::Options options;
+  if (a.port != 0) options.port = a.port;
+  options.initial = a.initial_down != 0 ? ibev::ConnectionState::kDown : ibev::ConnectionState::kUp;
+  if (a.executor != nullptr) options.executor = a.executor->worker.executor();
+  options.keepalive.interval = std::chrono::milliseconds(a.keepalive_interval_ms);
+  options.keepalive.misses = a.keepalive_misses;
+  options.deadline = std::chrono::milliseconds(a.deadline_ms);
+  options.recovery.mode = enum_in_range<ibev::RecoveryLadder::Mode>(
+      a.mode, IBEV_RECOVERY_RECONNECT, "attr->mode");
+  ibev::RecoveryPolicy& policy = options.recovery.policy;
+  policy.first_delay = std::chrono::milliseconds(a.policy.first_delay_ms);
+  policy.max_delay = std::chrono::milliseconds(a.policy.max_delay_ms);
+  policy.jitter = a.policy.jitter;
+  policy.max_recoveries = a.policy.max_recoveries;
+  policy.window = std::chrono::milliseconds(a.policy.window_ms);
+  policy.give_up_after = std::chrono::milliseconds(a.policy.give_up_after_ms);
+  options.recovery.connect = connect_options(&a.connect);
+  if (a.reconnect != nullptr) {
+    options.recovery.reconnect = [reconnect = a.reconnect,
+                                  context = a.reconnect_context](const ibev::RecoveryAttempt& r) {
+      const ibev_recovery_attempt lent{r};
+      reconnect(&lent, context);
+    };
+  }
+  return options;
+}
+
+}  // namespace capi
+}  // namespace detail
+}  // namespace ibev
+
 using namespace ibev::detail::capi;
 
 namespace {
@@ -39,61 +104,6 @@ IBEV_C_MIRRORS(IBEV_RECOVERY_RESET_IN_PLACE, ibev::RecoveryLadder::Mode::kResetI
 IBEV_C_MIRRORS(IBEV_RECOVERY_RECONNECT, ibev::RecoveryLadder::Mode::kReconnect);
 #undef IBEV_C_MIRRORS
 
-// Its `what` is the C++ cause's: valid while that is.
-ibev_health_cause to_c(const ibev::HealthCause& cause) noexcept {
-  return {static_cast<ibev_health_source>(cause.source), cause.code, cause.wr_id,
-          cause.what.c_str()};
-}
-
-ibev::HealthCause from_c(const ibev_health_cause* cause) {
-  ibev::HealthCause result;
-  if (cause == nullptr) return result;
-  result.source = enum_in_range<ibev::HealthSource>(cause->source, IBEV_HEALTH_RECOVERY,
-                                                    "cause->source");
-  result.code = cause->code;
-  result.wr_id = cause->wr_id;
-  if (cause->what != nullptr) result.what = cause->what;
-  return result;
-}
-
-ibev::HealthHandler health_handler(ibev_health_fn handler, void* context) {
-  return [handler, context](const ibev::HealthChange& change) {
-    const ibev_health_change c{static_cast<ibev_connection_state>(change.from),
-                               static_cast<ibev_connection_state>(change.to), to_c(change.cause)};
-    handler(&c, context);
-  };
-}
-
-std::chrono::milliseconds ms(int value) { return std::chrono::milliseconds(value); }
-
-ibev::ConnectionHealth::Options health_options(const ibev_health_attr& a) {
-  ibev::ConnectionHealth::Options options;
-  if (a.port != 0) options.port = a.port;
-  options.initial = a.initial_down != 0 ? ibev::ConnectionState::kDown : ibev::ConnectionState::kUp;
-  if (a.executor != nullptr) options.executor = a.executor->worker.executor();
-  options.keepalive.interval = ms(a.keepalive_interval_ms);
-  options.keepalive.misses = a.keepalive_misses;
-  options.deadline = ms(a.deadline_ms);
-  options.recovery.mode = enum_in_range<ibev::RecoveryLadder::Mode>(
-      a.mode, IBEV_RECOVERY_RECONNECT, "attr->mode");
-  ibev::RecoveryPolicy& policy = options.recovery.policy;
-  policy.first_delay = ms(a.policy.first_delay_ms);
-  policy.max_delay = ms(a.policy.max_delay_ms);
-  policy.jitter = a.policy.jitter;
-  policy.max_recoveries = a.policy.max_recoveries;
-  policy.window = ms(a.policy.window_ms);
-  policy.give_up_after = ms(a.policy.give_up_after_ms);
-  options.recovery.connect = connect_options(&a.connect);
-  if (a.reconnect != nullptr) {
-    options.recovery.reconnect = [reconnect = a.reconnect,
-                                  context = a.reconnect_context](const ibev::RecoveryAttempt& r) {
-      const ibev_recovery_attempt lent{r};
-      reconnect(&lent, context);
-    };
-  }
-  return options;
-}
-
 int to_ms(std::chrono::milliseconds value) { return static_cast<int>(value.count()); }
 
 // The causes ibev_health_causes() last handed this thread: their `what`.
@@ -113,7 +123,8 @@ void ibev_health_attr_init(ibev_health_attr* attr) {
   attr->mode = static_cast<ibev_recovery_mode>(d.recovery.mode);
   const ibev::RecoveryPolicy& p = d.recovery.policy;
   attr->policy = ibev_recovery_policy{to_ms(p.first_delay), to_ms(p.max_delay), p.jitter,
-                                      p.max_recoveries,     to_ms(p.window),    to_ms(p.give_up_after)};
+                                      p.max_recoveries,       to_ms(p.window),
+                                      to_ms(p.give_up_after)};
   ibev_connect_attr_init(&attr->connect);
 }
 

@@ -8,7 +8,9 @@
 //   - ibev_c_verbs.cc: devices, their clients and what is made on them
 //     (what verbs/ is in C++), and their metrics;
 //   - ibev_c_health.cc: a connection's health and its recovery attempts
-//     (verbs/connection_health.h).
+//     (verbs/connection_health.h);
+//   - ibev_c_cm.cc: sessions through the connection manager
+//     (cm/cm_session.h).
 // Each ibev_* object is a struct holding one reference to the C++ object
 // (or the C++ object itself, for what C++ does not share), and each function
 // is its C++ counterpart inside api_call(), the one place where what C++
@@ -28,6 +30,8 @@
 #include <string>
 #include <utility>
 
+#include <ibev/cm/cm_id.h>
+#include <ibev/cm/cm_session.h>
 #include <ibev/core/event.h>
 #include <ibev/core/event_filter.h>
 #include <ibev/core/failure.h>
@@ -80,6 +84,19 @@ struct ibev_health : Shared<ibev::ConnectionHealth> {};
 struct ibev_recovery_attempt {
   ibev::RecoveryAttempt attempt;
 };
+struct ibev_cm_channel : Shared<ibev::CmEventChannel> {};
+// Lent to a make_qp function for its call.
+struct ibev_cm_id {
+  ibev::CmId& id;
+  std::string device_name;
+};
+// The session, and its health lent as an ibev_health (an alias of the
+// session's reference: the health lives as long as the session).
+struct ibev_cm_session {
+  std::shared_ptr<ibev::CmSession> session;
+  ibev_health health;
+};
+struct ibev_cm_acceptor : Shared<ibev::CmAcceptor> {};
 
 // Internal (ibev::detail is not exported; cmake/libibev.map.in), and out of
 // the global namespace a program linking libibev.a has to itself.
@@ -176,6 +193,15 @@ ibev::FailureSink failure_sink(ibev_failure_fn sink, void* context);
 ibev_rc_endpoint to_c(const ibev::RcEndpoint& endpoint) noexcept;
 ibev::RcEndpoint from_c(const ibev_rc_endpoint& endpoint);
 ibev::ConnectOptions connect_options(const ibev_connect_attr* attr);
+
+// A health's way into C and back (ibev_c_health.cc), shared with the CM
+// sessions' (ibev_c_cm.cc): a cause's `what` is the C++ one's, valid while
+// it is.
+ibev_health_cause to_c(const ibev::HealthCause& cause) noexcept;
+ibev::HealthCause from_c(const ibev_health_cause* cause);
+ibev_health_change to_c(const ibev::HealthChange& change) noexcept;
+ibev::HealthHandler health_handler(ibev_health_fn handler, void* context);
+ibev::ConnectionHealth::Options health_options(const ibev_health_attr& attr);
 
 }  // namespace capi
 }  // namespace detail

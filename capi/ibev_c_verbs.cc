@@ -301,6 +301,10 @@ int ibev_qp_to_init(ibev_qp* qp, const ibev_connect_attr* attr) {
                      [&] { require(qp, "qp").ref->to_init(connect_options(attr)); });
 }
 
+int ibev_qp_reset(ibev_qp* qp) {
+  return status_call("ibev_qp_reset", [&] { require(qp, "qp").ref->reset(); });
+}
+
 int ibev_qp_connect(ibev_qp* qp, const ibev_rc_endpoint* remote, const ibev_connect_attr* attr) {
   return status_call("ibev_qp_connect", [&] {
     require(qp, "qp").ref->connect(from_c(require(remote, "remote")), connect_options(attr));

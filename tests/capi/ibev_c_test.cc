@@ -220,6 +220,8 @@ void add_nothing(ibev_device*, void*) {}
 int made(const void* object) { return object == nullptr ? 0 : -1; }
 void ignore_change(const ibev_health_change*, void*) {}
 void nothing(void*) {}
+ibev_qp* no_qp(const ibev_cm_id*, const ibev_recovery_attempt*, void*) { return nullptr; }
+void no_change(uint64_t, const ibev_health_change*, void*) {}
 
 // A health over no QP with `attr` changed by `edit`: its options are what
 // is refused.
@@ -357,9 +359,13 @@ const BadCall kBadCalls[] = {
        });
      }},
     {"a deadline of -1 ms", "ibev_health_create", EINVAL, "a deadline of 0 (none) or more",
-     [](ibev_dispatcher*) { return health_with([](ibev_health_attr& a) { a.deadline_ms = -1; }); }},
+     [](ibev_dispatcher*) {
+       return health_with([](ibev_health_attr& a) { a.deadline_ms = -1; });
+     }},
     {"a jitter of 2", "ibev_health_create", EINVAL, "jitter is outside [0, 1]",
-     [](ibev_dispatcher*) { return health_with([](ibev_health_attr& a) { a.policy.jitter = 2; }); }},
+     [](ibev_dispatcher*) {
+       return health_with([](ibev_health_attr& a) { a.policy.jitter = 2; });
+     }},
     {"a zeroed policy", "ibev_health_create", EINVAL, "first_delay is not above 0",
      [](ibev_dispatcher*) {
        return health_with([](ibev_health_attr& a) { a.policy = ibev_recovery_policy{}; });
@@ -391,6 +397,8 @@ const BadCall kBadCalls[] = {
      }},
     {"failing no attempt", "ibev_recovery_attempt_fail", EINVAL, "attempt is NULL",
      [](ibev_dispatcher*) { return ibev_recovery_attempt_fail(nullptr, "why"); }},
+    {"resetting no QP", "ibev_qp_reset", EINVAL, "qp is NULL",
+     [](ibev_dispatcher*) { return ibev_qp_reset(nullptr); }},
     {"no QP to INIT", "ibev_qp_to_init", EINVAL, "qp is NULL",
      [](ibev_dispatcher*) { return ibev_qp_to_init(nullptr, nullptr); }},
     {"posting no task", "ibev_worker_post", EINVAL, "task is NULL",
@@ -402,6 +410,52 @@ const BadCall kBadCalls[] = {
      }},
     {"posting to no worker", "ibev_worker_post", EINVAL, "worker is NULL",
      [](ibev_dispatcher*) { return ibev_worker_post(nullptr, nothing, nullptr); }},
+    {"a CM channel on no dispatcher", "ibev_cm_channel_create", EINVAL, "dispatcher is NULL",
+     [](ibev_dispatcher*) { return made(ibev_cm_channel_create(nullptr)); }},
+    {"a session with no attributes", "ibev_cm_session_connect", EINVAL, "attr is NULL",
+     [](ibev_dispatcher*) {
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, nullptr, ignore_change, nullptr));
+     }},
+    {"a session with no make_qp", "ibev_cm_session_connect", EINVAL, "attr->make_qp is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_session_attr attr;
+       ibev_cm_session_attr_init(&attr);
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, &attr, ignore_change, nullptr));
+     }},
+    {"a session whose health refuses its options", "ibev_cm_session_connect", EINVAL,
+     "jitter is outside [0, 1]",
+     [](ibev_dispatcher*) {
+       ibev_cm_session_attr attr;
+       ibev_cm_session_attr_init(&attr);
+       attr.make_qp = no_qp;
+       attr.health.policy.jitter = -1;
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, &attr, ignore_change, nullptr));
+     }},
+    {"private data at NULL", "ibev_cm_session_connect", EINVAL, "attr->private_data is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_session_attr attr;
+       ibev_cm_session_attr_init(&attr);
+       attr.make_qp = no_qp;
+       attr.private_data_length = 8;
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, &attr, ignore_change, nullptr));
+     }},
+    {"a session on no channel", "ibev_cm_session_connect", EINVAL, "channel is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_session_attr attr;
+       ibev_cm_session_attr_init(&attr);
+       attr.make_qp = no_qp;
+       attr.id = 7;
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, &attr, ignore_change, nullptr));
+     }},
+    {"an acceptor with no on_session", "ibev_cm_acceptor_listen", EINVAL, "on_session is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_acceptor_attr attr;
+       ibev_cm_acceptor_attr_init(&attr);
+       attr.make_qp = no_qp;
+       return made(ibev_cm_acceptor_listen(nullptr, "::1", 0, &attr, nullptr, no_change, nullptr));
+     }},
+    {"initializing a QP for no id", "ibev_cm_id_init_qp", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_init_qp(nullptr, nullptr); }},
     {"metrics of no dispatcher", "ibev_write_metrics", EINVAL, "dispatcher is NULL",
      [](ibev_dispatcher*) {
        char text[16];
@@ -656,6 +710,33 @@ BOOST_AUTO_TEST_CASE(health_attr_init_gives_connection_health_s_defaults) {
   BOOST_TEST(attr.connect.retry_cnt == 7);
   BOOST_TEST(attr.reconnect == nullptr);
   BOOST_TEST(attr.reconnect_context == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(cm_attr_inits_give_the_sessions_defaults) {
+  ibev_cm_session_attr session;
+  std::memset(&session, 0xff, sizeof session);
+  ibev_cm_session_attr_init(&session);
+  BOOST_TEST(session.id == 0u);
+  BOOST_TEST(session.make_qp == nullptr);
+  BOOST_TEST(session.private_data_length == 0u);
+  BOOST_TEST(session.resolve_timeout_ms == 2000);
+  BOOST_TEST(session.connect_timeout_ms == 5000);
+  BOOST_TEST(session.health.policy.first_delay_ms == 100);
+  ibev_cm_acceptor_attr acceptor;
+  std::memset(&acceptor, 0xff, sizeof acceptor);
+  ibev_cm_acceptor_attr_init(&acceptor);
+  BOOST_TEST(acceptor.backlog == 64);
+  BOOST_TEST(acceptor.connect_timeout_ms == 5000);
+  BOOST_TEST(acceptor.make_qp == nullptr);
+  BOOST_TEST(acceptor.health.keepalive_misses == 3u);
+  BOOST_TEST(ibev_cm_session_id(nullptr) == 0u);
+  BOOST_TEST(ibev_cm_session_health(nullptr) == nullptr);
+  BOOST_TEST(ibev_cm_acceptor_port(nullptr) == 0u);
+  BOOST_TEST(ibev_cm_acceptor_sessions(nullptr) == 0u);
+  BOOST_TEST(ibev_cm_id_device_name(nullptr) == nullptr);
+  ibev_cm_session_destroy(nullptr);
+  ibev_cm_acceptor_destroy(nullptr);
+  ibev_cm_channel_destroy(nullptr);
 }
 
 BOOST_AUTO_TEST_CASE(a_health_s_state_of_null_is_failed_and_einval) {

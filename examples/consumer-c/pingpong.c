@@ -75,6 +75,7 @@ struct pingpong {
   uint32_t current;  // client: the message waiting for its reply
   int replied;       // client: the reply to `current` came
   int done;          // server: the last reply was delivered
+  int drained;       // the worker ran every task posted before the end
 };
 
 static void die(const char *fmt, ...) {
@@ -282,7 +283,8 @@ struct reply {
 
 static void send_reply(void *context) {
   struct reply *reply = context;
-  send_message(reply->p, reply->seq);  // ENOTCONN while down: the client asks again
+  // ENOTCONN while down: the client asks again; EINVAL (no health) at the end.
+  send_message(reply->p, reply->seq);
   free(reply);
 }
 
@@ -292,6 +294,15 @@ static void reply_later(struct pingpong *p, uint32_t seq) {
   reply->p = p;
   reply->seq = seq;
   if (ibev_worker_post(p->worker, send_reply, reply) != 0) free(reply);
+}
+
+// The worker's last task: every task posted before it has run.
+static void drained(void *context) {
+  struct pingpong *p = context;
+  pthread_mutex_lock(&p->mutex);
+  p->drained = 1;
+  pthread_cond_broadcast(&p->changed);
+  pthread_mutex_unlock(&p->mutex);
 }
 
 // On the dispatcher's thread.
@@ -407,11 +418,17 @@ static int wait_for(struct pingpong *p, const int *flag, const char *what) {
   return 1;
 }
 
+// Waits `ms` milliseconds, as ping -i does, whatever signals interrupt it
+// (a library's threads may use some).
+static void pace(long ms) {
+  struct timespec left = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
 // The client's part: each message until its reply comes, sent again after
 // the connection healed if it was lost.
 static int play_client(struct pingpong *p) {
-  const struct timespec pause = {p->args.interval_ms / 1000,
-                                 (p->args.interval_ms % 1000) * 1000000L};
   pthread_mutex_lock(&p->mutex);
   for (uint32_t seq = 1; seq <= (uint32_t)p->args.iters; ++seq) {
     p->current = seq;
@@ -441,7 +458,7 @@ static int play_client(struct pingpong *p) {
     }
     if (p->args.interval_ms > 0) {
       pthread_mutex_unlock(&p->mutex);
-      nanosleep(&pause, NULL);  // pacing, as ping -i
+      pace(p->args.interval_ms);
       pthread_mutex_lock(&p->mutex);
     }
   }
@@ -518,7 +535,17 @@ int main(int argc, char **argv) {
         (double)(now.tv_sec - started.tv_sec) + (double)(now.tv_nsec - started.tv_nsec) / 1e9;
     printf("%ld iters in %.2f s, healed %ld times\n", p.args.iters, seconds, p.heals);
   }
-  ibev_health_destroy(atomic_load(&p.health));
+  // The end, in an order where nothing uses the health once it is gone:
+  // no more completions (the dispatcher stopped), then no reply task still
+  // holding it (the worker has run every task posted before a last one).
+  ibev_dispatcher_stop(dispatcher);
+  ibev_health *health = atomic_exchange(&p.health, NULL);
+  pthread_mutex_lock(&p.mutex);
+  if (ibev_worker_post(p.worker, drained, &p) == 0) {
+    while (!p.drained) pthread_cond_wait(&p.changed, &p.mutex);
+  }
+  pthread_mutex_unlock(&p.mutex);
+  ibev_health_destroy(health);
   ibev_worker_destroy(p.worker);
   ibev_qp_destroy(p.qp);
   ibev_cq_destroy(cq);

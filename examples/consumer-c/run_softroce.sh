@@ -10,7 +10,7 @@ consumer=$1
 pingpong=$2
 device=${IBEV_TEST_DEVICE:-rxe0}
 netdev=${IBEV_TEST_NETDEV:-d0}
-iters=300
+iters=3000
 port=18650
 out=$(mktemp -d)
 trap 'ip link set "$netdev" up; rm -rf "$out"' EXIT
@@ -20,19 +20,25 @@ failed=0
 
 timeout 120 "$pingpong" -d "$device" -p "$port" -n "$iters" -t 100 >"$out/server" 2>&1 &
 server_pid=$!
-timeout 120 "$pingpong" -d "$device" -p "$port" -n "$iters" -i 20 -t 100 127.0.0.1 \
+timeout 120 "$pingpong" -d "$device" -p "$port" -n "$iters" -i 1 -t 100 127.0.0.1 \
   >"$out/client" 2>&1 &
 client_pid=$!
-# The flap, once both are connected; the client paces its messages 20 ms
-# apart, so the run lasts seconds and the flap lands inside it.
-for _ in $(seq 600); do
-  grep -q "^connected" "$out/client" && grep -q "^connected" "$out/server" && break
-  kill -0 "$server_pid" "$client_pid" 2>/dev/null || break  # one ended early: said below
-  sleep 0.1
-done
-sleep 0.2  # on purpose: let messages flow before the link goes
+# Until `file` says `what` (20 s at most: the check below says what was missed).
+saw() {
+  local file=$1 what=$2
+  for _ in $(seq 200); do
+    grep -q "$what" "$file" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# The flap as soon as both are connected: a run of $iters round trips lasts
+# seconds even where the VM is fast, so the link goes down inside it.
+saw "$out/client" "^connected" && saw "$out/server" "^connected"
 ip link set "$netdev" down
-sleep 0.5  # on purpose: an outage, not a blip
+# Up again once both sides saw it go (soft-RoCE's loopback carries traffic
+# on a link that is down, so an unseen flap would heal nothing).
+saw "$out/server" "^health: up -> down" && saw "$out/client" "^health: up -> down"
 ip link set "$netdev" up
 wait "$client_pid"
 client_rc=$?

@@ -22,14 +22,16 @@
 // between ibev_dispatcher_start() and _stop(), or the caller of
 // ibev_dispatcher_run_once() (a CQ made with ibev_cq_attr.dispatcher: its
 // completions on that dispatcher's thread, its CQ_ERR on the device's; the
-// two may run at once, so they share `context` with care). Every other call
-// may be made from any thread, handlers included, with three exceptions: one
-// object (a handle, a waiter) is one thread's at a time; a blocking call
-// (ibev_waiter_wait, ibev_qp_drain) on the thread that drives run_once()
-// waits out its timeout, as nobody dispatches meanwhile (on the dispatching
-// thread itself it is EINVAL); and ibev_dispatcher_destroy() is never called
-// from one of its handlers. Do not release or destroy while holding a lock
-// the handler takes: the call waits for the handler.
+// two may run at once, so they share `context` with care; a health's
+// handler and reconnect function on its ibev_worker, when it has one).
+// Every other call may be made from any thread, handlers included, with
+// three exceptions: one object (a handle, a waiter) is one thread's at a
+// time; a blocking call (ibev_waiter_wait, ibev_qp_drain) on the thread that
+// drives run_once() waits out its timeout, as nobody dispatches meanwhile
+// (on the dispatching thread itself it is EINVAL); and
+// ibev_dispatcher_destroy() is never called from one of its handlers. Do not
+// release or destroy while holding a lock the handler takes: the call waits
+// for the handler.
 //
 // Lifetime. Each ibev_* object is one reference to the C++ object behind it.
 // Destroying it drops that reference: the rdma-core object is destroyed then,
@@ -70,6 +72,13 @@ typedef struct ibev_qp ibev_qp;
 typedef struct ibev_clients ibev_clients;
 typedef struct ibev_handle ibev_handle;
 typedef struct ibev_waiter ibev_waiter;
+typedef struct ibev_worker ibev_worker;
+typedef struct ibev_health ibev_health;
+typedef struct ibev_recovery_attempt ibev_recovery_attempt;
+typedef struct ibev_cm_channel ibev_cm_channel;
+typedef struct ibev_cm_id ibev_cm_id;
+typedef struct ibev_cm_session ibev_cm_session;
+typedef struct ibev_cm_acceptor ibev_cm_acceptor;
 
 // What the calling thread's last failed ibev call said; "" when none failed.
 // Valid until another ibev call fails on this thread.
@@ -380,6 +389,17 @@ void ibev_connect_attr_init(struct ibev_connect_attr *attr);
 // This QP as its peer sees it (the GID and LID of `port`).
 int ibev_qp_endpoint(const ibev_qp *qp, uint8_t port, int gid_index,
                      struct ibev_rc_endpoint *endpoint);
+// RESET -> INIT with `attr`'s port, P_Key index and access flags (NULL: the
+// defaults): the QP takes receives from here on, so they can be posted
+// before the peer's endpoint arrives (as in a recovery attempt, whose QP is
+// in RESET).
+int ibev_qp_to_init(ibev_qp *qp, const struct ibev_connect_attr *attr);
+// Any state -> RESET, as a reconnection in place begins: what was posted
+// and not completed is gone without a completion (drain first to have it
+// completed), and the first PSN is drawn anew (a fixed_psn QP keeps its
+// own), so that the old connection's packets are not taken for the new
+// one's: advertise ibev_qp_endpoint() again.
+int ibev_qp_reset(ibev_qp *qp);
 // RESET or INIT -> RTS, connected to `remote`.
 int ibev_qp_connect(ibev_qp *qp, const struct ibev_rc_endpoint *remote,
                     const struct ibev_connect_attr *attr);
@@ -418,6 +438,354 @@ ibev_waiter *ibev_wait_for(ibev_dispatcher *dispatcher, enum ibev_element_kind k
 int ibev_waiter_wait(ibev_waiter *waiter, enum ibev_wait_outcome *outcome,
                      struct ibev_event *event);
 void ibev_waiter_destroy(ibev_waiter *waiter);
+
+// ---------------------------------------------------------------- executors
+
+// A thread of its own that runs tasks in the order given (ibev::WorkerThread,
+// the kernel's IB_POLL_WORKQUEUE): a health handler given one as its
+// executor runs there, so it may block (a peer's endpoint read from a
+// socket) while the dispatcher goes on serving completions. `on_failure`
+// (NULL: one line to stderr) hears a task that threw (a C++ function passed
+// as a C one); the thread goes on.
+ibev_worker *ibev_worker_create(ibev_failure_fn on_failure, void *context);
+// Runs the tasks already posted, then joins. Never from its own thread (it
+// would wait for itself), and not while anything made with it (a health)
+// may still post to it: destroy those first. NULL is ignored.
+void ibev_worker_destroy(ibev_worker *worker);
+// Runs `task(context)` on the worker's thread, after the tasks posted
+// before it. EINVAL for a NULL worker or task. Any thread.
+int ibev_worker_post(ibev_worker *worker, void (*task)(void *context), void *context);
+// Whether the calling thread is the worker's (0 for a NULL worker).
+int ibev_worker_is_current(const ibev_worker *worker);
+
+// ------------------------------------------------------------------ metrics
+
+// ibev's in-process counters in the Prometheus text format (as
+// ibev::write_metrics, docs/operations.md lists the names): the
+// dispatcher's figures and, for each of the `count` devices, its events
+// delivered, unclaimed and whose handler threw, its failures and its ports'
+// cached state. Written into the caller's buffer, as snprintf writes: at
+// most `size` - 1 characters and a NUL (nothing for `size` 0); `length`
+// (if not NULL) gets the whole text's length without the NUL, so a text
+// that did not fit (length >= size) is asked for again with length + 1. A
+// buffer, not a FILE *: it serves an HTTP /metrics answer, a textfile
+// collector's file (fputs) or a log alike, with no stdio stream in C++.
+// Any thread, the dispatching one included; never waits for a handler.
+// EINVAL for a NULL dispatcher, a NULL device in the list, or a NULL
+// buffer with a size above 0.
+int ibev_write_metrics(const ibev_dispatcher *dispatcher, ibev_device *const *devices,
+                       size_t count, char *buffer, size_t size, size_t *length);
+
+// ------------------------------------------------------- connection health
+
+// One health signal for an RC connection (a QP with its peer), as
+// ibev::ConnectionHealth (verbs/connection_health.h says what it hears by
+// itself and what it is told): the handler hears one change per transition
+// (up, down, recovering, failed), each with the cause that made it, never
+// one call per cause.
+enum ibev_connection_state {
+  IBEV_CONNECTION_UP,
+  IBEV_CONNECTION_DOWN,
+  IBEV_CONNECTION_RECOVERING,
+  IBEV_CONNECTION_FAILED,  // for good
+};
+
+// Where a cause was heard; ibev_health_cause.code is read by it.
+enum ibev_health_source {
+  IBEV_HEALTH_COMPLETION,   // an error completion: its ibv_wc_status; wr_id names it
+  IBEV_HEALTH_ASYNC_EVENT,  // a QP's, its port's or its device's event: its ibv_event_type
+  IBEV_HEALTH_CM_EVENT,     // a CM event: its rdma_cm_event_type
+  IBEV_HEALTH_KEEPALIVE,    // no keepalive answer in time (code 0), or an error status
+  IBEV_HEALTH_DEADLINE,     // a request outstanding past its deadline: wr_id names it
+  IBEV_HEALTH_APPLICATION,  // the application's own reason, in `what`
+  IBEV_HEALTH_RECOVERY,     // a recovery attempt failed, or recovery gave up
+};
+
+// Why a connection is not carrying traffic. `what` is for people
+// ("IBV_EVENT_PORT_ERR", "IBV_WC_RETRY_EXC_ERR (wr_id 7)"); where it is
+// valid says the function that hands the cause out.
+struct ibev_health_cause {
+  enum ibev_health_source source;
+  int code;
+  uint64_t wr_id;
+  const char *what;
+};
+
+// One transition. To down or failed, `cause` is what made it; to
+// recovering or up, the outage's first cause (source APPLICATION, code 0,
+// what "" when there was none). Valid during the handler's call.
+struct ibev_health_change {
+  enum ibev_connection_state from;
+  enum ibev_connection_state to;
+  struct ibev_health_cause cause;
+};
+
+// Runs on the dispatching thread (or the attr's executor), one call at a
+// time, in the order of the transitions, with no lock of ibev's held: it
+// may call any ibev_health_* function on its own health.
+typedef void (*ibev_health_fn)(const struct ibev_health_change *change, void *context);
+
+// One attempt to bring the connection back, lent to the reconnect
+// function (see ibev_health_attr.reconnect) for its call; it must end with
+// exactly one of ibev_recovery_attempt_connect(), _replace() or _fail():
+// an attempt whose last reference goes unsettled failed ("abandoned"), and
+// the next is scheduled.
+typedef void (*ibev_reconnect_fn)(const ibev_recovery_attempt *attempt, void *context);
+
+// How a recovery attempt brings the connection back.
+enum ibev_recovery_mode {
+  IBEV_RECOVERY_RESET_IN_PLACE,  // the QP drained, reset, connected again
+  IBEV_RECOVERY_RECONNECT,       // the QP drained and let go: a new one replaces it
+};
+
+// When attempts are made and when recovery gives up (health/recovery.h):
+// backoff from first_delay_ms doubling to max_delay_ms, each shrunk by a
+// random share of up to `jitter` (0 to 1); an outage that lasts
+// give_up_after_ms fails the connection for good, as does a down after
+// max_recoveries recoveries within window_ms.
+struct ibev_recovery_policy {
+  int first_delay_ms;
+  int max_delay_ms;
+  double jitter;
+  unsigned max_recoveries;
+  int window_ms;
+  int give_up_after_ms;
+};
+
+// A health's options. Start from ibev_health_attr_init() (the defaults a
+// NULL attr means): as with ibev_connect_attr, a zeroed one is not the
+// defaults (a policy with no delay and no recoveries is refused).
+struct ibev_health_attr {
+  uint8_t port;  // whose PORT_ERR is a cause; 0: the QP's own
+  int initial_down;  // nonzero: a connection not yet made, brought up by ibev_health_up()
+  ibev_worker *executor;  // where the handler and reconnect run; NULL: the dispatching thread
+  int keepalive_interval_ms;  // 0: no keepalive (a zero-length RDMA write each interval)
+  unsigned keepalive_misses;  // intervals unanswered before it is a cause
+  int deadline_ms;  // a request posted through ibev_health_post_send() this late is a cause
+  // Recovery: none while `reconnect` is NULL (the application moves the
+  // state itself). In place, `connect` is what an attempt connects with,
+  // its port and GID index make the attempt's local endpoint.
+  enum ibev_recovery_mode mode;
+  struct ibev_recovery_policy policy;
+  struct ibev_connect_attr connect;
+  ibev_reconnect_fn reconnect;
+  void *reconnect_context;
+};
+void ibev_health_attr_init(struct ibev_health_attr *attr);
+
+// Watches `qp` (an RC QP, past RESET or to be connected) as one connection,
+// holding it until the health is destroyed. EINVAL (ibev_last_error() says
+// which) for a NULL QP or handler, a closed or non-RC QP, a port beyond the
+// device's, a negative interval or deadline, no misses, a keepalive or
+// recovery on an IBEV_CQ_POLLED CQ, or a policy recovery refuses (a
+// first_delay_ms not above 0, a max_delay_ms below it, a jitter outside
+// [0, 1], no recoveries, a window or give-up not above 0); an errno from
+// ibv_query_qp or ibv_query_port.
+ibev_health *ibev_health_create(ibev_qp *qp, const struct ibev_health_attr *attr,
+                                ibev_health_fn on_change, void *context);
+// Closes it: the handler and the reconnect function are stopped, waiting
+// for a running call unless it is that call's own thread (from inside them
+// it returns at once, and they are never called again); an attempt still
+// held connects nothing (ECANCELED). Then the QP is let go. NULL is ignored.
+void ibev_health_destroy(ibev_health *health);
+
+// The state now (IBEV_CONNECTION_FAILED, with errno EINVAL, for NULL).
+enum ibev_connection_state ibev_health_state(const ibev_health *health);
+// The causes heard since the connection was last up, first first (64 at
+// most): up to `capacity` of them into `causes`, `count` (required) gets how
+// many there are. Their `what` strings are valid until the calling thread's
+// next ibev_health_causes().
+int ibev_health_causes(const ibev_health *health, struct ibev_health_cause *causes,
+                       size_t capacity, size_t *count);
+// The keepalive's probes posted and answered in time.
+int ibev_health_keepalive_stats(const ibev_health *health, uint64_t *sent, uint64_t *answered);
+// The QP the connection runs on now (after a replace, the newest; NULL
+// before the first and for a NULL health): valid while the health holds
+// it, so not across a recovery in IBEV_RECOVERY_RECONNECT mode.
+struct ibv_qp *ibev_health_qp(const ibev_health *health);
+
+// A completion polled from one of the QP's CQs (another QP's is ignored).
+// With a deadline or recovery, give it every one, flushes too: a drain
+// waits for them.
+int ibev_health_completion(ibev_health *health, const struct ibv_wc *wc);
+// ibv_post_send through the health: each request is tracked for its
+// deadline and, if not delivered, listed in the next attempt's
+// undelivered. ENOTCONN with recovery while the connection is not up
+// (nothing posted: send it once up); otherwise ibv_post_send's errno, with
+// `bad_wr` (if not NULL) at the first request not posted.
+int ibev_health_post_send(ibev_health *health, struct ibv_send_wr *wr,
+                          struct ibv_send_wr **bad_wr);
+// A cause the application knows (a timeout of its own, a CM event): `what`
+// is copied. An up or recovering connection goes down.
+int ibev_health_add_cause(ibev_health *health, const struct ibev_health_cause *cause);
+// With recovery: the way to the peer is back (the peer asked to reconnect):
+// an attempt waited for starts now, and one in progress fails, the next
+// starting at once.
+int ibev_health_retry_now(ibev_health *health);
+// The application's own moves, without recovery: down -> recovering,
+// down or recovering -> up, any state -> failed for good (`cause` says why;
+// NULL: an application cause with no text). A move from a state that has
+// none is no change and no error.
+int ibev_health_recovering(ibev_health *health);
+int ibev_health_up(ibev_health *health);
+int ibev_health_fail(ibev_health *health, const struct ibev_health_cause *cause);
+
+// Another reference to the attempt, beyond the reconnect function's call
+// (to settle it from another thread, when the peer answers); destroyed
+// with ibev_recovery_attempt_destroy(). All references share one attempt.
+ibev_recovery_attempt *ibev_recovery_attempt_ref(const ibev_recovery_attempt *attempt);
+// An unsettled attempt whose last reference this was failed ("abandoned").
+// NULL is ignored.
+void ibev_recovery_attempt_destroy(ibev_recovery_attempt *attempt);
+// 1 for an outage's first attempt (0 for NULL).
+unsigned ibev_recovery_attempt_number(const ibev_recovery_attempt *attempt);
+// What the outage began with; `what` valid while the attempt is.
+int ibev_recovery_attempt_cause(const ibev_recovery_attempt *attempt,
+                                struct ibev_health_cause *cause);
+// The wr_ids posted through ibev_health_post_send() and not delivered, in
+// posting order (theirs to send again, or not, once up); valid while the
+// attempt is. `count` is required; the array is NULL when it is 0.
+int ibev_recovery_attempt_undelivered(const ibev_recovery_attempt *attempt,
+                                      const uint64_t **wr_ids, size_t *count);
+// In place: this QP as its peer must now see it (the new PSN): what the
+// application tells the peer. EINVAL in IBEV_RECOVERY_RECONNECT mode.
+int ibev_recovery_attempt_local(const ibev_recovery_attempt *attempt,
+                                struct ibev_rc_endpoint *endpoint);
+// In place: the QP, in RESET: ibev_qp_to_init() and ibv_post_recv() go
+// there before _connect(). Reconnecting: the QP being replaced, drained
+// (NULL for a connection's first attempt).
+struct ibv_qp *ibev_recovery_attempt_qp(const ibev_recovery_attempt *attempt);
+// Whether the attempt is unsettled and still the recovery's (no cause
+// since, not closed): 1 or 0.
+int ibev_recovery_attempt_current(const ibev_recovery_attempt *attempt);
+// In place: RESET or INIT -> RTS against `remote` with the attr's
+// `connect`: the connection is up. ECANCELED when the recovery ended
+// meanwhile (failed, given up, closed), EALREADY when the attempt was
+// settled; another errno (the failing ibv_modify_qp's) fails the attempt,
+// and the next is scheduled.
+int ibev_recovery_attempt_connect(const ibev_recovery_attempt *attempt,
+                                  const struct ibev_rc_endpoint *remote);
+// Reconnecting: the connection is up again on `qp`, a new RC QP in RTS,
+// connected, on the same dispatcher; from now on its events and
+// completions are the connection's. EINVAL in place or for a QP the
+// health cannot use; ECANCELED, EALREADY as _connect(). Any error fails
+// the attempt.
+int ibev_recovery_attempt_replace(const ibev_recovery_attempt *attempt, ibev_qp *qp);
+// The attempt failed, `why` (NULL: no text): the next is scheduled.
+// EALREADY when it was settled.
+int ibev_recovery_attempt_fail(const ibev_recovery_attempt *attempt, const char *why);
+
+// -------------------------------------------------------- CM sessions
+
+// A session: one logical RC connection through the RDMA connection manager
+// that outlives its QPs, as ibev::CmSession and ibev::CmAcceptor
+// (cm/cm_session.h says who reconnects, how a server knows a peer again by
+// the session's id, and which CM events are causes). Its health is an
+// ibev_health whose recovery replaces the QP: each attempt resolves and
+// connects on a new CM id and asks the application for a new QP
+// (ibev_make_qp_fn), on whatever device reaches the peer now.
+
+// An rdma_event_channel served by `dispatcher` (which must outlive it and
+// every session and acceptor made on it). ENODEV without rdma_cm in the
+// kernel; EINVAL for a NULL dispatcher.
+ibev_cm_channel *ibev_cm_channel_create(ibev_dispatcher *dispatcher);
+// Stops serving it (the channel goes with its last session or acceptor).
+// NULL is ignored.
+void ibev_cm_channel_destroy(ibev_cm_channel *channel);
+
+// The CM id of one attempt, lent to ibev_make_qp_fn for its call.
+// The name of the device it resolved to: open that device (or find the one
+// you have of that name) and make the QP there. NULL for a NULL id.
+const char *ibev_cm_id_device_name(const ibev_cm_id *id);
+// Takes `qp` to INIT for this id (its port, P_Key, access), so that its
+// receives can be posted before the QP is handed back.
+int ibev_cm_id_init_qp(const ibev_cm_id *id, ibev_qp *qp);
+
+// One attempt's QP: an RC QP on ibev_cm_id_device_name()'s device, its CQs
+// served by the channel's dispatcher, in INIT (ibev_cm_id_init_qp()) with
+// its receives posted. ibev takes the returned ibev_qp (do not destroy it);
+// NULL fails the attempt (with errno and ibev_last_error() saying why), and
+// the next is scheduled. Runs on the dispatching thread or the health's
+// executor; `attempt` is the recovery attempt (its undelivered wr_ids).
+typedef ibev_qp *(*ibev_make_qp_fn)(const ibev_cm_id *id, const ibev_recovery_attempt *attempt,
+                                    void *context);
+
+// A session's options. Start from ibev_cm_session_attr_init(). `health`
+// gives the keepalive, deadline, executor and recovery policy; its port,
+// initial state, mode, connect and reconnect are the session's own.
+struct ibev_cm_session_attr {
+  uint64_t id;  // nonzero: how the acceptor knows this session again
+  ibev_make_qp_fn make_qp;
+  void *make_qp_context;
+  const void *private_data;  // the application's, after the session's id: 40 bytes at most
+  size_t private_data_length;
+  struct ibev_health_attr health;
+  int resolve_timeout_ms;  // each of rdma_resolve_addr and rdma_resolve_route
+  int connect_timeout_ms;  // an attempt's time from its new id to ESTABLISHED
+};
+void ibev_cm_session_attr_init(struct ibev_cm_session_attr *attr);
+
+// The active side: connects to `host` (a numeric IPv4 or IPv6 address) and
+// `port`; down until the CM says ESTABLISHED, then up. Its first connect is
+// its first attempt, so a server not there yet is retried as a lost one is.
+// `on_change` hears its health as ibev_health_create()'s handler does.
+// EINVAL for a NULL channel, attr field or handler, an id 0, a host that
+// is not a numeric address, a timeout not above 0, private data past 40
+// bytes, or what ibev_health_create() refuses.
+ibev_cm_session *ibev_cm_session_connect(ibev_cm_channel *channel, const char *host,
+                                         uint16_t port, const struct ibev_cm_session_attr *attr,
+                                         ibev_health_fn on_change, void *context);
+// Closes it: its health (the handler waited for as ibev_health_destroy()
+// says), then the CM id (the peer hears DISCONNECTED); the QP is let go.
+// NULL is ignored.
+void ibev_cm_session_destroy(ibev_cm_session *session);
+// Its id (0 for NULL).
+uint64_t ibev_cm_session_id(const ibev_cm_session *session);
+// Its health, lent for the session's life (not to be destroyed): state,
+// causes, completions, post_send and retry_now go through it. NULL for a
+// NULL session.
+ibev_health *ibev_cm_session_health(ibev_cm_session *session);
+
+// An acceptor's options. Start from ibev_cm_acceptor_attr_init().
+struct ibev_cm_acceptor_attr {
+  ibev_make_qp_fn make_qp;
+  void *make_qp_context;
+  const void *private_data;  // the reply's: 196 bytes at most
+  size_t private_data_length;
+  // Every session's: policy.give_up_after_ms is how long one waits for its
+  // peer to come back before it fails.
+  struct ibev_health_attr health;
+  int backlog;
+  int connect_timeout_ms;  // from accepting a request to ESTABLISHED
+};
+void ibev_cm_acceptor_attr_init(struct ibev_cm_acceptor_attr *attr);
+
+// A session new to the acceptor, not up yet: it is the callee's, to keep
+// and destroy with ibev_cm_session_destroy() (destroying it at once closes
+// it, and the peer is rejected). On the dispatching thread.
+typedef void (*ibev_cm_session_fn)(ibev_cm_session *session, void *context);
+// A change of the session with this id: every session of the acceptor
+// reports here, as the health handler does.
+typedef void (*ibev_cm_change_fn)(uint64_t id, const struct ibev_health_change *change,
+                                  void *context);
+
+// rdma_listen on `host` (a numeric address; "::" or "0.0.0.0": any) and
+// `port` (0: any free one, ibev_cm_acceptor_port() tells which). A request naming a
+// session of this acceptor is that session's next attempt; one naming none
+// makes a new session (`on_session`). EINVAL for a NULL channel, host,
+// attr field or callback, a host that is not a numeric address, a timeout
+// not above 0; rdma_bind_addr's or rdma_listen's errno.
+ibev_cm_acceptor *ibev_cm_acceptor_listen(ibev_cm_channel *channel, const char *host,
+                                          uint16_t port, const struct ibev_cm_acceptor_attr *attr,
+                                          ibev_cm_session_fn on_session,
+                                          ibev_cm_change_fn on_change, void *context);
+// Stops listening (on_session returns first); the sessions go on, each
+// its keeper's. NULL is ignored.
+void ibev_cm_acceptor_destroy(ibev_cm_acceptor *acceptor);
+// The port it listens on (0 for NULL).
+uint16_t ibev_cm_acceptor_port(const ibev_cm_acceptor *acceptor);
+// The sessions it knows by id: neither failed nor closed (0 for NULL).
+size_t ibev_cm_acceptor_sessions(const ibev_cm_acceptor *acceptor);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -18,11 +18,14 @@
 #include <ibev/core/handle.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/event_wait.h>
+#include <ibev/dispatch/worker_thread.h>
 #include "ibev_c_internal.h"
 
 using namespace ibev::detail::capi;
 
-namespace {
+namespace ibev {
+namespace detail {
+namespace capi {
 
 ibev::FailureSink failure_sink(ibev_failure_fn sink, void* context) {
   if (sink == nullptr) return {};
@@ -40,6 +43,12 @@ ibev::FailureSink failure_sink(ibev_failure_fn sink, void* context) {
     sink(&c, context);
   };
 }
+
+}  // namespace capi
+}  // namespace detail
+}  // namespace ibev
+
+namespace {
 
 ibev::WaitTarget wait_target(const ibev_element_kind& kind, void* target) {
   if (target == nullptr) throw std::invalid_argument("target is NULL");
@@ -177,5 +186,26 @@ int ibev_waiter_wait(ibev_waiter* waiter, ibev_wait_outcome* outcome, ibev_event
 }
 
 void ibev_waiter_destroy(ibev_waiter* waiter) { take_back(waiter); }
+
+// ---------------------------------------------------------------- executors
+
+ibev_worker* ibev_worker_create(ibev_failure_fn on_failure, void* context) {
+  return make_call("ibev_worker_create", [&] {
+    return std::make_unique<ibev_worker>(failure_sink(on_failure, context)).release();
+  });
+}
+
+void ibev_worker_destroy(ibev_worker* worker) { take_back(worker); }
+
+int ibev_worker_post(ibev_worker* worker, void (*task)(void* context), void* context) {
+  return status_call("ibev_worker_post", [&] {
+    void (*const run)(void*) = &require(task, "task");
+    require(worker, "worker").worker.post([run, context] { run(context); });
+  });
+}
+
+int ibev_worker_is_current(const ibev_worker* worker) {
+  return worker != nullptr && worker->worker.in_worker_thread() ? 1 : 0;
+}
 
 }  // extern "C"

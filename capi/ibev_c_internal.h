@@ -6,7 +6,11 @@
 //   - ibev_c_dispatch.cc: the dispatcher, registrations and waits (what
 //     dispatch/ is in C++);
 //   - ibev_c_verbs.cc: devices, their clients and what is made on them
-//     (what verbs/ is in C++).
+//     (what verbs/ is in C++), and their metrics;
+//   - ibev_c_health.cc: a connection's health and its recovery attempts
+//     (verbs/connection_health.h);
+//   - ibev_c_cm.cc: sessions through the connection manager
+//     (cm/cm_session.h).
 // Each ibev_* object is a struct holding one reference to the C++ object
 // (or the C++ object itself, for what C++ does not share), and each function
 // is its C++ counterpart inside api_call(), the one place where what C++
@@ -26,17 +30,22 @@
 #include <string>
 #include <utility>
 
+#include <ibev/cm/cm_id.h>
+#include <ibev/cm/cm_session.h>
 #include <ibev/core/event.h>
 #include <ibev/core/event_filter.h>
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/event_wait.h>
+#include <ibev/dispatch/worker_thread.h>
+#include <ibev/verbs/connection_health.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
+#include <ibev/verbs/rc_endpoint.h>
 #include <ibev/verbs/shared_receive_queue.h>
 
 // What C++ shares (a device, what is made on it) C holds one reference to;
@@ -66,6 +75,28 @@ struct ibev_handle {
 struct ibev_waiter {
   ibev::EventWait wait;
 };
+struct ibev_worker {
+  explicit ibev_worker(ibev::FailureSink on_failure) : worker(std::move(on_failure)) {}
+  ibev::WorkerThread worker;
+};
+struct ibev_health : Shared<ibev::ConnectionHealth> {};
+// Copies of a RecoveryAttempt share it: each ibev_recovery_attempt is one.
+struct ibev_recovery_attempt {
+  ibev::RecoveryAttempt attempt;
+};
+struct ibev_cm_channel : Shared<ibev::CmEventChannel> {};
+// Lent to a make_qp function for its call.
+struct ibev_cm_id {
+  ibev::CmId& id;
+  std::string device_name;
+};
+// The session, and its health lent as an ibev_health (an alias of the
+// session's reference: the health lives as long as the session).
+struct ibev_cm_session {
+  std::shared_ptr<ibev::CmSession> session;
+  ibev_health health;
+};
+struct ibev_cm_acceptor : Shared<ibev::CmAcceptor> {};
 
 // Internal (ibev::detail is not exported; cmake/libibev.map.in), and out of
 // the global namespace a program linking libibev.a has to itself.
@@ -155,6 +186,22 @@ Enum enum_in_range(const CEnum& value, int last, const char* what) {
 ibev_event to_c(const ibev::Event& event) noexcept;
 ibev::Handler event_handler(ibev_event_fn handler, void* context);
 ibev::EventFilter to_filter(const ibev_filter* filter);
+
+// What the rooms share (ibev_c_dispatch.cc, ibev_c_verbs.cc): a C failure
+// function as a FailureSink; an RC endpoint and connect attributes both ways.
+ibev::FailureSink failure_sink(ibev_failure_fn sink, void* context);
+ibev_rc_endpoint to_c(const ibev::RcEndpoint& endpoint) noexcept;
+ibev::RcEndpoint from_c(const ibev_rc_endpoint& endpoint);
+ibev::ConnectOptions connect_options(const ibev_connect_attr* attr);
+
+// A health's way into C and back (ibev_c_health.cc), shared with the CM
+// sessions' (ibev_c_cm.cc): a cause's `what` is the C++ one's, valid while
+// it is.
+ibev_health_cause to_c(const ibev::HealthCause& cause) noexcept;
+ibev::HealthCause from_c(const ibev_health_cause* cause);
+ibev_health_change to_c(const ibev::HealthChange& change) noexcept;
+ibev::HealthHandler health_handler(ibev_health_fn handler, void* context);
+ibev::ConnectionHealth::Options health_options(const ibev_health_attr& attr);
 
 }  // namespace capi
 }  // namespace detail

@@ -8,15 +8,18 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <ibev/core/event.h>
 #include <ibev/core/handle.h>
 #include <ibev/verbs/completion_queue.h>
 #include <ibev/verbs/device.h>
 #include <ibev/verbs/device_clients.h>
+#include <ibev/verbs/prometheus_counters.h>
 #include <ibev/verbs/protection_domain.h>
 #include <ibev/verbs/queue_pair.h>
 #include <ibev/verbs/rc_endpoint.h>
@@ -25,7 +28,9 @@
 
 using namespace ibev::detail::capi;
 
-namespace {
+namespace ibev {
+namespace detail {
+namespace capi {
 
 ibev_rc_endpoint to_c(const ibev::RcEndpoint& endpoint) noexcept {
   return {endpoint.qp_num(), endpoint.gid(), endpoint.psn(), endpoint.lid()};
@@ -56,7 +61,9 @@ ibev::ConnectOptions connect_options(const ibev_connect_attr* attr) {
   return options;
 }
 
-}  // namespace
+}  // namespace capi
+}  // namespace detail
+}  // namespace ibev
 
 extern "C" {
 
@@ -289,6 +296,15 @@ int ibev_qp_endpoint(const ibev_qp* qp, uint8_t port, int gid_index, ibev_rc_end
   });
 }
 
+int ibev_qp_to_init(ibev_qp* qp, const ibev_connect_attr* attr) {
+  return status_call("ibev_qp_to_init",
+                     [&] { require(qp, "qp").ref->to_init(connect_options(attr)); });
+}
+
+int ibev_qp_reset(ibev_qp* qp) {
+  return status_call("ibev_qp_reset", [&] { require(qp, "qp").ref->reset(); });
+}
+
 int ibev_qp_connect(ibev_qp* qp, const ibev_rc_endpoint* remote, const ibev_connect_attr* attr) {
   return status_call("ibev_qp_connect", [&] {
     require(qp, "qp").ref->connect(from_c(require(remote, "remote")), connect_options(attr));
@@ -305,6 +321,30 @@ int ibev_qp_drain(ibev_qp* qp, int timeout_ms, ibev_drain_report* report) {
     report->receive_drained = drained.receive_drained ? 1 : 0;
     report->last_wqe_reached =
         drained.last_wqe_reached.has_value() ? (*drained.last_wqe_reached ? 1 : 0) : -1;
+  });
+}
+
+// ------------------------------------------------------------------ metrics
+
+int ibev_write_metrics(const ibev_dispatcher* dispatcher, ibev_device* const* devices,
+                       size_t count, char* buffer, size_t size, size_t* length) {
+  return status_call("ibev_write_metrics", [&] {
+    const ibev::Dispatcher& serving = require(dispatcher, "dispatcher").dispatcher;
+    if (count > 0 && devices == nullptr) throw std::invalid_argument("devices is NULL");
+    if (size > 0 && buffer == nullptr) throw std::invalid_argument("buffer is NULL");
+    std::vector<std::shared_ptr<ibev::Device>> listed;
+    listed.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      listed.push_back(require(devices[i], ("devices[" + std::to_string(i) + "]").c_str()).ref);
+    }
+    std::ostringstream text;
+    ibev::write_metrics(text, serving, listed);
+    const std::string written = std::move(text).str();
+    if (length != nullptr) *length = written.size();
+    if (size == 0) return;
+    const size_t copied = std::min(written.size(), size - 1);
+    std::copy_n(written.data(), copied, buffer);
+    buffer[copied] = '\0';
   });
 }
 

@@ -96,7 +96,8 @@ DOCBASE
 cp "$root/README.md" "$root/CHANGELOG.md" "$root"/docs/{api,consuming,design,events}.md "$dev_doc/"
 cp -r "$root/examples/consumer.cc" "$root/examples/consumer-cmake" "$root/examples/consumer-make" \
   "$root/examples/consumer-c" "$root/examples/pingpong" "$dev_doc/examples/"
-rm -f "$dev_doc/examples/pingpong/BUILD.bazel" "$dev_doc/examples/consumer-c/BUILD.bazel"
+rm -f "$dev_doc/examples/pingpong/BUILD.bazel" "$dev_doc/examples/consumer-c/BUILD.bazel" \
+  "$dev_doc/examples/consumer-c/run_softroce.sh"
 
 # dpkg-shlibdeps wants a debian/control beside it; libibev's own dependency
 # information comes from the shlibs file written below.

@@ -3,8 +3,11 @@
 // is an errno and a message naming the call, never an exception or a crash;
 // a handler that throws (a C++ function passed as a C one) is a failure
 // record and dispatch goes on; waits end with their event or their timeout;
-// a handler may release its own registration. examples/consumer-c runs the
-// same API from C11 on soft-RoCE.
+// a handler may release its own registration; a worker runs tasks in order
+// on its own thread; metrics fill a buffer as snprintf does; a health's
+// options are refused before any QP is needed. examples/consumer-c runs the
+// same API from C11 on soft-RoCE, and tests/softroce/capi_health_test.cc a
+// health through a link flap.
 #define BOOST_TEST_MODULE ibev_capi
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
@@ -214,6 +217,20 @@ namespace {
 
 void ignore(const ibev_event*, void*) {}
 void add_nothing(ibev_device*, void*) {}
+int made(const void* object) { return object == nullptr ? 0 : -1; }
+void ignore_change(const ibev_health_change*, void*) {}
+void nothing(void*) {}
+ibev_qp* no_qp(const ibev_cm_id*, const ibev_recovery_attempt*, void*) { return nullptr; }
+void no_change(uint64_t, const ibev_health_change*, void*) {}
+
+// A health over no QP with `attr` changed by `edit`: its options are what
+// is refused.
+int health_with(void (*edit)(ibev_health_attr&)) {
+  ibev_health_attr attr;
+  ibev_health_attr_init(&attr);
+  edit(attr);
+  return made(ibev_health_create(nullptr, &attr, ignore_change, nullptr));
+}
 
 struct BadCall {
   const char* name;
@@ -225,8 +242,6 @@ struct BadCall {
   std::function<int(ibev_dispatcher*)> call;
 };
 std::ostream& operator<<(std::ostream& out, const BadCall& b) { return out << b.name; }
-
-int made(const void* object) { return object == nullptr ? 0 : -1; }
 
 const BadCall kBadCalls[] = {
     {"starting no dispatcher", "ibev_dispatcher_start", EINVAL, "dispatcher is NULL",
@@ -337,6 +352,133 @@ const BadCall kBadCalls[] = {
        const ibev_rc_endpoint endpoint{1, {}, 0x1000000, 0};
        char wire[IBEV_RC_ENDPOINT_WIRE_SIZE];
        return ibev_rc_endpoint_to_wire(&endpoint, wire);
+     }},
+    {"a health over no QP", "ibev_health_create", EINVAL, "qp is NULL",
+     [](ibev_dispatcher*) {
+       return made(ibev_health_create(nullptr, nullptr, ignore_change, nullptr));
+     }},
+    {"a health with no handler", "ibev_health_create", EINVAL, "on_change is NULL",
+     [](ibev_dispatcher*) { return made(ibev_health_create(nullptr, nullptr, nullptr, nullptr)); }},
+    {"a keepalive every -5 ms", "ibev_health_create", EINVAL, "a keepalive needs an interval",
+     [](ibev_dispatcher*) {
+       return health_with([](ibev_health_attr& a) { a.keepalive_interval_ms = -5; });
+     }},
+    {"a keepalive of no misses", "ibev_health_create", EINVAL, "at least one miss",
+     [](ibev_dispatcher*) {
+       return health_with([](ibev_health_attr& a) {
+         a.keepalive_interval_ms = 100;
+         a.keepalive_misses = 0;
+       });
+     }},
+    {"a deadline of -1 ms", "ibev_health_create", EINVAL, "a deadline of 0 (none) or more",
+     [](ibev_dispatcher*) {
+       return health_with([](ibev_health_attr& a) { a.deadline_ms = -1; });
+     }},
+    {"a jitter of 2", "ibev_health_create", EINVAL, "jitter is outside [0, 1]",
+     [](ibev_dispatcher*) {
+       return health_with([](ibev_health_attr& a) { a.policy.jitter = 2; });
+     }},
+    {"a zeroed policy", "ibev_health_create", EINVAL, "first_delay is not above 0",
+     [](ibev_dispatcher*) {
+       return health_with([](ibev_health_attr& a) { a.policy = ibev_recovery_policy{}; });
+     }},
+    {"a recovery mode that is none of the enum's", "ibev_health_create", EINVAL,
+     "attr->mode 7 is none",
+     [](ibev_dispatcher*) {
+       return health_with([](ibev_health_attr& a) {
+         const int bits = 7;
+         std::memcpy(&a.mode, &bits, sizeof a.mode);
+       });
+     }},
+    {"the causes of no health", "ibev_health_causes", EINVAL, "health is NULL",
+     [](ibev_dispatcher*) {
+       size_t count = 0;
+       return ibev_health_causes(nullptr, nullptr, 0, &count);
+     }},
+    {"a cause told to no health", "ibev_health_add_cause", EINVAL, "health is NULL",
+     [](ibev_dispatcher*) {
+       const ibev_health_cause cause{IBEV_HEALTH_APPLICATION, 0, 0, "mine"};
+       return ibev_health_add_cause(nullptr, &cause);
+     }},
+    {"retrying no health", "ibev_health_retry_now", EINVAL, "health is NULL",
+     [](ibev_dispatcher*) { return ibev_health_retry_now(nullptr); }},
+    {"connecting no attempt", "ibev_recovery_attempt_connect", EINVAL, "attempt is NULL",
+     [](ibev_dispatcher*) {
+       const ibev_rc_endpoint remote{1, {}, 1, 0};
+       return ibev_recovery_attempt_connect(nullptr, &remote);
+     }},
+    {"failing no attempt", "ibev_recovery_attempt_fail", EINVAL, "attempt is NULL",
+     [](ibev_dispatcher*) { return ibev_recovery_attempt_fail(nullptr, "why"); }},
+    {"resetting no QP", "ibev_qp_reset", EINVAL, "qp is NULL",
+     [](ibev_dispatcher*) { return ibev_qp_reset(nullptr); }},
+    {"no QP to INIT", "ibev_qp_to_init", EINVAL, "qp is NULL",
+     [](ibev_dispatcher*) { return ibev_qp_to_init(nullptr, nullptr); }},
+    {"posting no task", "ibev_worker_post", EINVAL, "task is NULL",
+     [](ibev_dispatcher*) {
+       std::unique_ptr<ibev_worker, Freed<ibev_worker_destroy>> worker(
+           ibev_worker_create(nullptr, nullptr));
+       BOOST_REQUIRE_MESSAGE(worker, ibev_last_error());
+       return ibev_worker_post(worker.get(), nullptr, nullptr);
+     }},
+    {"posting to no worker", "ibev_worker_post", EINVAL, "worker is NULL",
+     [](ibev_dispatcher*) { return ibev_worker_post(nullptr, nothing, nullptr); }},
+    {"a CM channel on no dispatcher", "ibev_cm_channel_create", EINVAL, "dispatcher is NULL",
+     [](ibev_dispatcher*) { return made(ibev_cm_channel_create(nullptr)); }},
+    {"a session with no attributes", "ibev_cm_session_connect", EINVAL, "attr is NULL",
+     [](ibev_dispatcher*) {
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, nullptr, ignore_change, nullptr));
+     }},
+    {"a session with no make_qp", "ibev_cm_session_connect", EINVAL, "attr->make_qp is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_session_attr attr;
+       ibev_cm_session_attr_init(&attr);
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, &attr, ignore_change, nullptr));
+     }},
+    {"a session whose health refuses its options", "ibev_cm_session_connect", EINVAL,
+     "jitter is outside [0, 1]",
+     [](ibev_dispatcher*) {
+       ibev_cm_session_attr attr;
+       ibev_cm_session_attr_init(&attr);
+       attr.make_qp = no_qp;
+       attr.health.policy.jitter = -1;
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, &attr, ignore_change, nullptr));
+     }},
+    {"private data at NULL", "ibev_cm_session_connect", EINVAL, "attr->private_data is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_session_attr attr;
+       ibev_cm_session_attr_init(&attr);
+       attr.make_qp = no_qp;
+       attr.private_data_length = 8;
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, &attr, ignore_change, nullptr));
+     }},
+    {"a session on no channel", "ibev_cm_session_connect", EINVAL, "channel is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_session_attr attr;
+       ibev_cm_session_attr_init(&attr);
+       attr.make_qp = no_qp;
+       attr.id = 7;
+       return made(ibev_cm_session_connect(nullptr, "::1", 1, &attr, ignore_change, nullptr));
+     }},
+    {"an acceptor with no on_session", "ibev_cm_acceptor_listen", EINVAL, "on_session is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_acceptor_attr attr;
+       ibev_cm_acceptor_attr_init(&attr);
+       attr.make_qp = no_qp;
+       return made(ibev_cm_acceptor_listen(nullptr, "::1", 0, &attr, nullptr, no_change, nullptr));
+     }},
+    {"initializing a QP for no id", "ibev_cm_id_init_qp", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_init_qp(nullptr, nullptr); }},
+    {"metrics of no dispatcher", "ibev_write_metrics", EINVAL, "dispatcher is NULL",
+     [](ibev_dispatcher*) {
+       char text[16];
+       return ibev_write_metrics(nullptr, nullptr, 0, text, sizeof text, nullptr);
+     }},
+    {"metrics into no buffer of 16 bytes", "ibev_write_metrics", EINVAL, "buffer is NULL",
+     [](ibev_dispatcher* d) { return ibev_write_metrics(d, nullptr, 0, nullptr, 16, nullptr); }},
+    {"metrics of a NULL device", "ibev_write_metrics", EINVAL, "devices[0] is NULL",
+     [](ibev_dispatcher* d) {
+       ibev_device* const devices[] = {nullptr};
+       return ibev_write_metrics(d, devices, 1, nullptr, 0, nullptr);
      }},
 };
 
@@ -557,4 +699,143 @@ BOOST_AUTO_TEST_CASE(connect_attr_init_gives_ibv_rc_pingpong_s_attributes) {
   BOOST_TEST(attr.max_rd_atomic == 1);
   BOOST_TEST(attr.access_flags ==
              (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ));
+}
+
+BOOST_AUTO_TEST_CASE(health_attr_init_gives_connection_health_s_defaults) {
+  ibev_health_attr attr;
+  std::memset(&attr, 0xff, sizeof attr);
+  ibev_health_attr_init(&attr);
+  BOOST_TEST(attr.port == 0);  // the QP's own
+  BOOST_TEST(attr.initial_down == 0);
+  BOOST_TEST(attr.executor == nullptr);
+  BOOST_TEST(attr.keepalive_interval_ms == 0);
+  BOOST_TEST(attr.keepalive_misses == 3u);
+  BOOST_TEST(attr.deadline_ms == 0);
+  BOOST_TEST(attr.mode == IBEV_RECOVERY_RESET_IN_PLACE);
+  BOOST_TEST(attr.policy.first_delay_ms == 100);
+  BOOST_TEST(attr.policy.max_delay_ms == 5000);
+  BOOST_TEST(attr.policy.jitter == 0.5);
+  BOOST_TEST(attr.policy.max_recoveries == 3u);
+  BOOST_TEST(attr.policy.window_ms == 3000);
+  BOOST_TEST(attr.policy.give_up_after_ms == 60000);
+  BOOST_TEST(attr.connect.port == 1);
+  BOOST_TEST(attr.connect.retry_cnt == 7);
+  BOOST_TEST(attr.reconnect == nullptr);
+  BOOST_TEST(attr.reconnect_context == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(cm_attr_inits_give_the_sessions_defaults) {
+  ibev_cm_session_attr session;
+  std::memset(&session, 0xff, sizeof session);
+  ibev_cm_session_attr_init(&session);
+  BOOST_TEST(session.id == 0u);
+  BOOST_TEST(session.make_qp == nullptr);
+  BOOST_TEST(session.private_data_length == 0u);
+  BOOST_TEST(session.resolve_timeout_ms == 2000);
+  BOOST_TEST(session.connect_timeout_ms == 5000);
+  BOOST_TEST(session.health.policy.first_delay_ms == 100);
+  ibev_cm_acceptor_attr acceptor;
+  std::memset(&acceptor, 0xff, sizeof acceptor);
+  ibev_cm_acceptor_attr_init(&acceptor);
+  BOOST_TEST(acceptor.backlog == 64);
+  BOOST_TEST(acceptor.connect_timeout_ms == 5000);
+  BOOST_TEST(acceptor.make_qp == nullptr);
+  BOOST_TEST(acceptor.health.keepalive_misses == 3u);
+  BOOST_TEST(ibev_cm_session_id(nullptr) == 0u);
+  BOOST_TEST(ibev_cm_session_health(nullptr) == nullptr);
+  BOOST_TEST(ibev_cm_acceptor_port(nullptr) == 0u);
+  BOOST_TEST(ibev_cm_acceptor_sessions(nullptr) == 0u);
+  BOOST_TEST(ibev_cm_id_device_name(nullptr) == nullptr);
+  ibev_cm_session_destroy(nullptr);
+  ibev_cm_acceptor_destroy(nullptr);
+  ibev_cm_channel_destroy(nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(a_health_s_state_of_null_is_failed_and_einval) {
+  errno = 0;
+  BOOST_TEST(ibev_health_state(nullptr) == IBEV_CONNECTION_FAILED);
+  BOOST_TEST(errno == EINVAL);
+  BOOST_TEST(std::string(ibev_last_error()) == "ibev_health_state: health is NULL");
+  BOOST_TEST(ibev_health_qp(nullptr) == nullptr);
+  BOOST_TEST(ibev_recovery_attempt_number(nullptr) == 0u);
+  BOOST_TEST(ibev_recovery_attempt_qp(nullptr) == nullptr);
+  ibev_health_destroy(nullptr);
+  ibev_recovery_attempt_destroy(nullptr);
+}
+
+// ---------------------------------------------------------------- executors
+
+namespace {
+
+// What the worker's tasks saw: their order and whether they ran there.
+struct Tasks {
+  ibev_worker* worker = nullptr;
+  std::mutex mutex;
+  std::vector<int> order;
+  bool all_on_worker = true;
+  struct One {
+    Tasks* tasks;
+    int number;
+  };
+  static void run(void* context) {
+    auto* one = static_cast<One*>(context);
+    std::lock_guard<std::mutex> lock(one->tasks->mutex);
+    one->tasks->order.push_back(one->number);
+    one->tasks->all_on_worker =
+        one->tasks->all_on_worker && ibev_worker_is_current(one->tasks->worker) == 1;
+  }
+};
+
+void throwing_task(void*) { throw std::runtime_error("thrown inside a C task"); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_worker_runs_its_tasks_in_order_on_its_own_thread) {
+  Failures failures;
+  Tasks tasks;
+  std::vector<Tasks::One> ones;
+  for (int i = 0; i < 50; ++i) ones.push_back({&tasks, i});
+  {
+    std::unique_ptr<ibev_worker, Freed<ibev_worker_destroy>> worker(
+        ibev_worker_create(&Failures::sink, &failures));
+    BOOST_REQUIRE_MESSAGE(worker, ibev_last_error());
+    tasks.worker = worker.get();
+    BOOST_TEST(ibev_worker_is_current(worker.get()) == 0);
+    BOOST_REQUIRE_EQUAL(ibev_worker_post(worker.get(), throwing_task, nullptr), 0);
+    for (Tasks::One& one : ones) {
+      BOOST_REQUIRE_EQUAL(ibev_worker_post(worker.get(), &Tasks::run, &one), 0);
+    }
+  }  // destroying it runs what was posted, then joins
+  std::vector<int> expected(50);
+  for (int i = 0; i < 50; ++i) expected[i] = i;
+  BOOST_TEST(tasks.order == expected, boost::test_tools::per_element());
+  BOOST_TEST(tasks.all_on_worker);
+  BOOST_REQUIRE_EQUAL(failures.count(), 1u);  // the throw, and the tasks after it ran
+  BOOST_TEST(failures.seen[0].second.find("thrown inside a C task") != std::string::npos,
+             failures.seen[0].second);
+  BOOST_TEST(ibev_worker_is_current(nullptr) == 0);
+}
+
+// ------------------------------------------------------------------ metrics
+
+BOOST_AUTO_TEST_CASE(metrics_fill_a_buffer_as_snprintf_does) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  size_t length = 0;
+  BOOST_REQUIRE_EQUAL(ibev_write_metrics(dispatcher.get(), nullptr, 0, nullptr, 0, &length), 0);
+  BOOST_REQUIRE(length > 0u);
+  std::vector<char> whole(length + 1, 'x');
+  size_t again = 0;
+  BOOST_REQUIRE_EQUAL(
+      ibev_write_metrics(dispatcher.get(), nullptr, 0, whole.data(), whole.size(), &again), 0);
+  BOOST_TEST(again == length);
+  const std::string text(whole.data());
+  BOOST_TEST(text.size() == length);
+  BOOST_TEST(text.find("# TYPE ibev_dispatcher_") != std::string::npos, text);
+  // Too small: cut, NUL-terminated, and the length still the whole text's.
+  char cut[11];
+  std::memset(cut, 'x', sizeof cut);
+  BOOST_REQUIRE_EQUAL(
+      ibev_write_metrics(dispatcher.get(), nullptr, 0, cut, sizeof cut, &again), 0);
+  BOOST_TEST(again == length);
+  BOOST_TEST(std::string(cut) == text.substr(0, 10));
 }

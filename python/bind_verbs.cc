@@ -414,14 +414,8 @@ void bind_verbs(py::module_& m) {
           "post_send",
           [](PyQueuePair& qp, const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
              std::uint64_t wr_id, bool signaled) {
-            ibv_sge sge = mr.sge(offset, length);
-            ibv_send_wr wr{};
-            wr.wr_id = wr_id;
-            wr.sg_list = &sge;
-            wr.num_sge = 1;
-            wr.opcode = IBV_WR_SEND;
-            wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-            (*qp).post_send(wr);
+            post_send_of(mr, offset, length, wr_id, signaled,
+                         [&](ibv_send_wr& wr) { (*qp).post_send(wr); });
           },
           "mr"_a, "offset"_a, "length"_a, "wr_id"_a = 0, "signaled"_a = true,
           "Posts a SEND of [offset, offset + length) of mr. ValueError outside the region; "

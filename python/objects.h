@@ -248,6 +248,22 @@ class PyMemoryRegion : public Shared<MemoryRegion> {
   std::unique_ptr<BufferView> view_;
 };
 
+// Hands `post` a SEND of [offset, offset + length) of `mr` (what
+// QueuePair.post_send and ConnectionHealth.post_send post); the request and
+// its SGE live for the call.
+template <typename Post>
+void post_send_of(const PyMemoryRegion& mr, std::size_t offset, std::size_t length,
+                  std::uint64_t wr_id, bool signaled, Post&& post) {
+  ibv_sge sge = mr.sge(offset, length);
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  post(wr);
+}
+
 // A completion as Python reads it (a CompletionQueue's handler's list).
 struct WorkCompletion {
   std::uint64_t wr_id;

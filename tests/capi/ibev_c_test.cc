@@ -987,6 +987,8 @@ BOOST_AUTO_TEST_CASE(stop_from_another_thread_ends_a_play_waiting_on_a_long_gap)
   auto playing = std::async(std::launch::async, [&] {
     return ibev_replay_play_file(replay.get(), path.c_str(), &stats);
   });
+  // A failed REQUIRE below must not leave the future waiting out the hour.
+  const std::unique_ptr<ibev_replay, Freed<ibev_replay_stop>> stop_on_exit(replay.get());
   // The first event heard: the play is in its gap (or about to be).
   BOOST_REQUIRE(ibev::testing::eventually([&] { return counted.events.load() == 1; }));
   BOOST_TEST((playing.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout));

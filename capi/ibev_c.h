@@ -79,6 +79,7 @@ typedef struct ibev_cm_channel ibev_cm_channel;
 typedef struct ibev_cm_id ibev_cm_id;
 typedef struct ibev_cm_session ibev_cm_session;
 typedef struct ibev_cm_acceptor ibev_cm_acceptor;
+typedef struct ibev_replay ibev_replay;
 
 // What the calling thread's last failed ibev call said; "" when none failed.
 // Valid until another ibev call fails on this thread.
@@ -786,6 +787,59 @@ void ibev_cm_acceptor_destroy(ibev_cm_acceptor *acceptor);
 uint16_t ibev_cm_acceptor_port(const ibev_cm_acceptor *acceptor);
 // The sessions it knows by id: neither failed nor closed (0 for NULL).
 size_t ibev_cm_acceptor_sessions(const ibev_cm_acceptor *acceptor);
+
+// ------------------------------------------------------------------ replay
+
+// A recording (what `ibev-watch --json` writes, docs/operations.md) played
+// into a dispatcher through ibev_dispatcher_inject(), as ibev::Replay
+// (dispatch/replay.h): the application's own handlers hear, without RDMA
+// hardware, what a real fabric did. A port or device event reaches the
+// listeners of the device `device` maps the recorded name to (NULL: the
+// event is skipped and counted); an object event reaches the handler of
+// the ibev_qp whose qp_num is the recorded number, and one recorded with an
+// address only is skipped; a device added or removed is counted, not
+// replayed.
+// Replayed events are synthesized, never acked to rdma-core.
+
+// Maps a recorded device name ("rxe0") to a live device of this process:
+// ibev_device_context() of the ibev_device opened for it, or NULL to skip
+// its events. Runs on the thread calling ibev_replay_play_file().
+typedef struct ibv_context *(*ibev_replay_device_fn)(const char *recorded_name, void *context);
+
+// Start from ibev_replay_attr_init().
+struct ibev_replay_attr {
+  double speed;  // 1: the recorded pace; 0: back to back; else 1e-6 to 1e6
+  ibev_replay_device_fn device;
+  void *context;  // the device function's
+};
+void ibev_replay_attr_init(struct ibev_replay_attr *attr);
+
+struct ibev_replay_stats {
+  size_t injected;  // events handed to the dispatcher
+  size_t skipped;   // events with no live device or object
+  size_t changes;   // devices added or removed in the recording
+  int stopped;      // nonzero: ibev_replay_stop() ended it
+};
+
+// A replay into `dispatcher`, which must outlive it. EINVAL for a NULL
+// dispatcher or attr, no device function, or a speed out of range.
+ibev_replay *ibev_replay_create(ibev_dispatcher *dispatcher, const struct ibev_replay_attr *attr);
+// Must not race ibev_replay_play_file() (stop it, and let it return, first).
+// NULL is ignored.
+void ibev_replay_destroy(ibev_replay *replay);
+// Reads the recording at `path` whole, then injects its events at their
+// recorded distance from the first line's time, divided by the speed, and
+// returns once the last is injected (not delivered: handlers run on the
+// dispatching thread, in order). `stats` (if not NULL) gets what it did.
+// Blocks its caller: with a speed above 0 never call it on the dispatching
+// thread (a handler, or the thread driving run_once()), as nothing would
+// be delivered while it waits. EINVAL for a NULL replay or path and for a
+// recording the reader refuses (ibev_last_error() says "PATH:LINE: why");
+// open's errno for a file that cannot be read.
+int ibev_replay_play_file(ibev_replay *replay, const char *path, struct ibev_replay_stats *stats);
+// From any thread: a play in progress returns at once (stats.stopped set),
+// and so does every later one. NULL is ignored.
+void ibev_replay_stop(ibev_replay *replay);
 
 #ifdef __cplusplus
 }  // extern "C"

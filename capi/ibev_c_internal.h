@@ -10,7 +10,9 @@
 //   - ibev_c_health.cc: a connection's health and its recovery attempts
 //     (verbs/connection_health.h);
 //   - ibev_c_cm.cc: sessions through the connection manager
-//     (cm/cm_session.h).
+//     (cm/cm_session.h);
+//   - ibev_c_replay.cc: a recording played into a dispatcher
+//     (dispatch/replay.h), its ibev_replay private to it.
 // Each ibev_* object is a struct holding one reference to the C++ object
 // (or the C++ object itself, for what C++ does not share), and each function
 // is its C++ counterpart inside api_call(), the one place where what C++

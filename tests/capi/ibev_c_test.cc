@@ -15,8 +15,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <ostream>
@@ -222,6 +226,38 @@ void ignore_change(const ibev_health_change*, void*) {}
 void nothing(void*) {}
 ibev_qp* no_qp(const ibev_cm_id*, const ibev_recovery_attempt*, void*) { return nullptr; }
 void no_change(uint64_t, const ibev_health_change*, void*) {}
+
+// A replay's: the recorded "rxe0" is the stand-in, any other name is none.
+ibv_context* rxe0_is_the_stand_in(const char* recorded_name, void*) {
+  return std::string(recorded_name) == "rxe0" ? &device_stand_in : nullptr;
+}
+ibev_replay_attr replay_attr(double speed = 0) {
+  ibev_replay_attr attr;
+  ibev_replay_attr_init(&attr);
+  attr.speed = speed;
+  attr.device = rxe0_is_the_stand_in;
+  return attr;
+}
+using ReplayPtr = std::unique_ptr<ibev_replay, Freed<ibev_replay_destroy>>;
+
+// A recording as ibev-watch --json writes it, in TEST_TMPDIR; its path.
+std::string recording_file(const std::string& name, const std::vector<std::string>& lines) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream out(path, std::ios::trunc);
+  out << R"({"recording":"ibev","version":1,"time":"2026-11-21T12:00:00.000000Z"})" << "\n";
+  for (const auto& line : lines) out << line << "\n";
+  BOOST_REQUIRE(out.flush());
+  return path;
+}
+// One port event of `device` at second `second` past noon.
+std::string port_line(const char* device, int code, int second) {
+  char time[32];
+  std::snprintf(time, sizeof time, "2026-11-21T12:%02d:%02d.000000Z", second / 60, second % 60);
+  return std::string(R"({"time":")") + time + R"(","device":")" + device +
+         R"(","event":"x","code":)" + std::to_string(code) +
+         R"(,"scope":"port","port":1,"severity":"error"})";
+}
 
 // A health over no QP with `attr` changed by `edit`: its options are what
 // is refused.
@@ -479,6 +515,56 @@ const BadCall kBadCalls[] = {
      [](ibev_dispatcher* d) {
        ibev_device* const devices[] = {nullptr};
        return ibev_write_metrics(d, devices, 1, nullptr, 0, nullptr);
+     }},
+    {"a replay into no dispatcher", "ibev_replay_create", EINVAL, "dispatcher is NULL",
+     [](ibev_dispatcher*) {
+       const ibev_replay_attr attr = replay_attr();
+       return made(ibev_replay_create(nullptr, &attr));
+     }},
+    {"a replay with no attributes", "ibev_replay_create", EINVAL, "attr is NULL",
+     [](ibev_dispatcher* d) { return made(ibev_replay_create(d, nullptr)); }},
+    {"a replay with no device function", "ibev_replay_create", EINVAL, "attr->device is NULL",
+     [](ibev_dispatcher* d) {
+       ibev_replay_attr attr;
+       ibev_replay_attr_init(&attr);
+       return made(ibev_replay_create(d, &attr));
+     }},
+    {"a replay at a speed of 1e7", "ibev_replay_create", EINVAL, "replay speed",
+     [](ibev_dispatcher* d) {
+       const ibev_replay_attr attr = replay_attr(1e7);
+       return made(ibev_replay_create(d, &attr));
+     }},
+    {"a replay at a negative speed", "ibev_replay_create", EINVAL, "replay speed",
+     [](ibev_dispatcher* d) {
+       const ibev_replay_attr attr = replay_attr(-1);
+       return made(ibev_replay_create(d, &attr));
+     }},
+    {"playing no replay", "ibev_replay_play_file", EINVAL, "replay is NULL",
+     [](ibev_dispatcher*) { return ibev_replay_play_file(nullptr, "x.jsonl", nullptr); }},
+    {"playing no path", "ibev_replay_play_file", EINVAL, "path is NULL",
+     [](ibev_dispatcher* d) {
+       const ibev_replay_attr attr = replay_attr();
+       ReplayPtr replay(ibev_replay_create(d, &attr));
+       return ibev_replay_play_file(replay.get(), nullptr, nullptr);
+     }},
+    {"playing a file that is not there", "ibev_replay_play_file", ENOENT,
+     "open /nonexistent/flap.jsonl: No such file",
+     [](ibev_dispatcher* d) {
+       const ibev_replay_attr attr = replay_attr();
+       ReplayPtr replay(ibev_replay_create(d, &attr));
+       return ibev_replay_play_file(replay.get(), "/nonexistent/flap.jsonl", nullptr);
+     }},
+    {"playing a malformed recording", "ibev_replay_play_file", EINVAL,
+     "malformed.jsonl:3: ",
+     [](ibev_dispatcher* d) {
+       const std::string path = recording_file(
+           "malformed.jsonl", {port_line("rxe0", IBV_EVENT_PORT_ERR, 0), "{\"time\":"});
+       const ibev_replay_attr attr = replay_attr();
+       ReplayPtr replay(ibev_replay_create(d, &attr));
+       ibev_replay_stats stats{};
+       const int result = ibev_replay_play_file(replay.get(), path.c_str(), &stats);
+       BOOST_TEST(stats.injected == 0u);  // read whole before anything is played
+       return result;
      }},
 };
 
@@ -838,4 +924,95 @@ BOOST_AUTO_TEST_CASE(metrics_fill_a_buffer_as_snprintf_does) {
       ibev_write_metrics(dispatcher.get(), nullptr, 0, cut, sizeof cut, &again), 0);
   BOOST_TEST(again == length);
   BOOST_TEST(std::string(cut) == text.substr(0, 10));
+}
+
+// ------------------------------------------------------------------ replay
+
+BOOST_AUTO_TEST_CASE(a_replayed_recording_reaches_c_listeners_and_counts_the_rest) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  Heard heard;
+  HandlePtr listener(
+      ibev_listen(dispatcher.get(), &device_stand_in, nullptr, &Heard::handler, &heard));
+  BOOST_REQUIRE_MESSAGE(listener, ibev_last_error());
+  const std::string path = recording_file(
+      "flap.jsonl",
+      {port_line("rxe0", IBV_EVENT_PORT_ERR, 0),
+       port_line("mlx5_9", IBV_EVENT_PORT_ERR, 1),  // no device here: skipped
+       R"({"time":"2026-11-21T12:00:02.000000Z","device":"rxe1","change":"removed",)"
+       R"("node":"uverbs1","loss":"removed"})",
+       port_line("rxe0", IBV_EVENT_PORT_ACTIVE, 3)});
+  const ibev_replay_attr attr = replay_attr(0);
+  ReplayPtr replay(ibev_replay_create(dispatcher.get(), &attr));
+  BOOST_REQUIRE_MESSAGE(replay, ibev_last_error());
+  ibev_replay_stats stats{};
+  BOOST_REQUIRE_MESSAGE(ibev_replay_play_file(replay.get(), path.c_str(), &stats) == 0,
+                        ibev_last_error());
+  BOOST_TEST(stats.injected == 2u);
+  BOOST_TEST(stats.skipped == 1u);
+  BOOST_TEST(stats.changes == 1u);
+  BOOST_TEST(stats.stopped == 0);
+  run_turns(dispatcher.get());
+  BOOST_REQUIRE_EQUAL(heard.events.size(), 2u);
+  BOOST_TEST(heard.events[0].code == IBV_EVENT_PORT_ERR);
+  BOOST_TEST(heard.events[1].code == IBV_EVENT_PORT_ACTIVE);
+  for (const ibev_event& e : heard.events) {
+    BOOST_TEST(e.device == &device_stand_in);
+    BOOST_TEST(e.element_kind == IBEV_ELEMENT_PORT);
+    BOOST_TEST(e.port == 1);
+    BOOST_TEST(e.synthesized == 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(attr_init_gives_the_recorded_pace) {
+  ibev_replay_attr attr;
+  std::memset(&attr, 0xff, sizeof attr);
+  ibev_replay_attr_init(&attr);
+  BOOST_TEST(attr.speed == 1.0);
+  BOOST_TEST(attr.device == nullptr);
+  BOOST_TEST(attr.context == nullptr);
+  ibev_replay_attr_init(nullptr);  // ignored
+  ibev_replay_stop(nullptr);
+  ibev_replay_destroy(nullptr);
+}
+
+// Heard on the dispatcher's own thread while the test thread looks.
+struct Counted {
+  std::atomic<int> events{0};
+  static void handler(const ibev_event*, void* context) { ++static_cast<Counted*>(context)->events; }
+};
+
+BOOST_AUTO_TEST_CASE(stop_from_another_thread_ends_a_play_waiting_on_a_long_gap) {
+  DispatcherPtr dispatcher = make_dispatcher();
+  Counted counted;
+  HandlePtr listener(
+      ibev_listen(dispatcher.get(), &device_stand_in, nullptr, &Counted::handler, &counted));
+  BOOST_REQUIRE_MESSAGE(listener, ibev_last_error());
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_start(dispatcher.get()), 0);
+  // An hour between the two events, at the recorded pace.
+  const std::string path = recording_file(
+      "gap.jsonl",
+      {port_line("rxe0", IBV_EVENT_PORT_ERR, 0), port_line("rxe0", IBV_EVENT_PORT_ACTIVE, 3599)});
+  const ibev_replay_attr attr = replay_attr(1);
+  ReplayPtr replay(ibev_replay_create(dispatcher.get(), &attr));
+  BOOST_REQUIRE_MESSAGE(replay, ibev_last_error());
+  ibev_replay_stats stats{};
+  auto playing = std::async(std::launch::async, [&] {
+    return ibev_replay_play_file(replay.get(), path.c_str(), &stats);
+  });
+  // A failed REQUIRE below must not leave the future waiting out the hour.
+  const std::unique_ptr<ibev_replay, Freed<ibev_replay_stop>> stop_on_exit(replay.get());
+  // The first event heard: the play is in its gap (or about to be).
+  BOOST_REQUIRE(ibev::testing::eventually([&] { return counted.events.load() == 1; }));
+  BOOST_TEST((playing.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout));
+  ibev_replay_stop(replay.get());
+  BOOST_REQUIRE((playing.wait_for(std::chrono::seconds(10)) == std::future_status::ready));
+  BOOST_TEST(playing.get() == 0);
+  BOOST_TEST(stats.injected == 1u);
+  BOOST_TEST(stats.stopped != 0);
+  // And a later play returns at once, stopped too.
+  ibev_replay_stats again{};
+  BOOST_TEST(ibev_replay_play_file(replay.get(), path.c_str(), &again) == 0);
+  BOOST_TEST(again.stopped != 0);
+  BOOST_TEST(again.injected == 0u);
+  BOOST_REQUIRE_EQUAL(ibev_dispatcher_stop(dispatcher.get()), 0);
 }

@@ -4,9 +4,9 @@
     c_man_pages.py IBEV_C_H VERSION_H DATE_PAGE OUTDIR [--list]
 
 The header is the reference: its opening comment becomes ibev_c(3), and each
-"// ---- NAME" part of it a page ibev_c_NAME(3) (spaces as "_"), whose
-SYNOPSIS is the part's declarations and whose DESCRIPTION is each comment
-with what it comments. The names are ibev_c*: the C types share their names
+"// ---- NAME" part of it a page ibev_c_NAME(3) (lower case, spaces as
+"_"), whose SYNOPSIS is the part's declarations and whose DESCRIPTION is
+each comment with what it comments. The names are ibev_c*: the C types share their names
 with the C++ classes' pages (ibev_dispatcher(3) is ibev::Dispatcher), so no
 page is named after one. Every function a part declares is in its page's NAME
 line, so that `man ibev_dispatcher_create` finds it once mandb has run.
@@ -24,7 +24,9 @@ import os
 import re
 import sys
 
-SECTION = re.compile(r"^// -{3,} ([a-z][a-z ]*)$")
+# A part's name is words (an acronym as written: "CM ids"); its page's is
+# lower case.
+SECTION = re.compile(r"^// -{3,} ([A-Za-z][A-Za-z ]*)$")
 FUNCTION = re.compile(r"\b(ibev_[a-z0-9_]+)\s*\(")
 
 
@@ -99,8 +101,9 @@ def typedefs(code):
 
 
 def functions(code):
-    """The functions declared (not the function pointers of a struct)."""
-    text = "\n".join(code)
+    """The functions declared (not the function pointers of a struct, nor a
+    function a field's trailing comment mentions)."""
+    text = "\n".join(line.split("//")[0] for line in code)
     return [name for name in FUNCTION.findall(text) if not re.search(r"\(\*\s*" + name, text)]
 
 
@@ -143,7 +146,7 @@ def main(argv):
         date = re.search(r'^\.TH \S+ \d "([0-9-]+)"', f.read(), re.M).group(1)
 
     opening, parts = read_parts(header)
-    named = [(part, "ibev_c_" + part.replace(" ", "_"), lines) for part, lines in parts if part]
+    named = [(part, "ibev_c_" + part.lower().replace(" ", "_"), lines) for part, lines in parts if part]
     if listing:
         print("ibev_c.3")
         for _, name, _ in named:

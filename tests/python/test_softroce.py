@@ -520,10 +520,11 @@ def test_a_session_goes_down_when_its_peer_is_killed_and_up_when_it_is_back(
     pd = ibev.ProtectionDomain(device)
     cq = ibev.CompletionQueue(device, lambda batch: None)
     mr = ibev.MemoryRegion(pd, bytearray(64 * 8))
-    made = []
+    made, lent = [], []
 
     def make_qp(cm_id, attempt):
         assert cm_id.device_name == DEVICE
+        lent.append(cm_id)
         qp = ibev.QueuePair(pd, cq, cq)
         cm_id.init_qp(qp)
         for slot in range(8):
@@ -558,6 +559,13 @@ def test_a_session_goes_down_when_its_peer_is_killed_and_up_when_it_is_back(
             while (line := peer_lines.get(timeout=20)) != "state up":  # the peer's session
                 assert line.startswith("state "), line
             assert len(made) >= 2  # a new QP for the new connection
+            # The id make_qp was handed is a CmId, lent: over after its call.
+            assert isinstance(lent[0], ibev.CmId) and lent[0].closed
+            with pytest.raises(OSError, match="CmId.device_name") as raised:
+                lent[0].device_name
+            assert raised.value.errno == errno.ENODEV
+            with pytest.raises(ValueError, match="lent"):
+                lent[0].close()
     finally:
         peer.stdin.close()
         peer.wait(timeout=20)

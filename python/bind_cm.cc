@@ -1,10 +1,14 @@
 // The module's CM room (python/bindings.h lists the rooms): CmEventChannel,
-// the CmId a make_qp(id, attempt) is handed, and the sessions, CmSession
-// (the active side) and CmAcceptor (the passive side), whose semantics are
+// CmId (made by Python, or lent to a make_qp(id, attempt)) with the CmEvent
+// its handler hears, as cm/cm_id.h's, and the sessions, CmSession (the
+// active side) and CmAcceptor (the passive side), whose semantics are
 // cm/cm_session.h's.
 #include "objects.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -28,20 +32,119 @@ struct PyCmEventChannel : Shared<CmEventChannel> {
   py::object dispatcher;  // the Python Dispatcher it is served by
 };
 
-// The CmId a make_qp is handed: valid only during that call (the id is the
-// session's; Python may keep the object, which then raises OSError(ENODEV)).
+// A CM id as Python holds it: its own (CmId(...), a CONNECT_REQUEST's new
+// id, an id its handler hears of while Python keeps it), or lent for one
+// call (a make_qp's, or a handler's for an id Python does not hold), after
+// which it raises OSError(ENODEV): the lent id is the session's (or
+// librdmacm's), and Python may keep the object. An own id keeps the C++ id
+// alive and is dropped without the GIL (closing it waits for its handler).
 struct PyCmId {
   struct Ref {
     CmId* id = nullptr;
   };
   std::shared_ptr<Ref> ref = std::make_shared<Ref>();
+  std::shared_ptr<CmId> owned;  // null for a lent id
+
+  PyCmId() = default;
+  explicit PyCmId(std::shared_ptr<CmId> id) : owned(std::move(id)) { ref->id = owned.get(); }
+  PyCmId(const PyCmId&) = default;
+  PyCmId& operator=(const PyCmId&) = delete;
+  // Under the GIL (pybind11's dealloc, or a handler's frame).
+  ~PyCmId() {
+    if (!owned) return;
+    std::shared_ptr<CmId> ending = std::move(owned);
+    without_gil([&] { ending.reset(); });
+  }
   CmId& get(const char* verb) const {
     if (ref->id == nullptr) {
-      throw_system_error(std::string(verb) + ": the CmId is only valid during make_qp", ENODEV);
+      throw_system_error(std::string(verb) + ": the CmId was lent for one call, which is over",
+                         ENODEV);
     }
     return *ref->id;
   }
+  // One of the id's calls, made without the GIL (the channel's call lock may
+  // be held by the dispatching thread, whose handler may wait for the GIL).
+  template <typename Call>
+  auto call(const char* verb, Call&& call) const {
+    CmId& id = get(verb);
+    return without_gil([&] { return call(id); });
+  }
 };
+
+// A lent PyCmId's end of lending, however the call leaves.
+struct Lending {
+  PyCmId& id;
+  ~Lending() { id.ref->id = nullptr; }
+};
+
+// One CM event as a Python handler is given it: copied values, and the id
+// as a Python CmId.
+struct PyCmEvent {
+  int code = 0;
+  int status = 0;
+  py::object id;
+  py::bytes private_data;
+  std::uint32_t peer_qp_num = 0;
+};
+
+// The ids a Python CM handler hears of that Python holds (the one it was
+// made for, and the CONNECT_REQUESTs' new ids), so that an event's id is
+// that id, not a lent one. Read and changed under the GIL.
+struct KnownIds {
+  std::vector<std::weak_ptr<CmId>> ids;
+  void add(const std::shared_ptr<CmId>& id) {
+    ids.erase(std::remove_if(ids.begin(), ids.end(), [](const auto& w) { return w.expired(); }),
+              ids.end());
+    ids.push_back(id);
+  }
+  std::shared_ptr<CmId> find(const CmId* id) const {
+    for (const auto& known : ids) {
+      if (auto held = known.lock(); held.get() == id) return held;
+    }
+    return nullptr;
+  }
+};
+
+// A Python handler(CmEvent) as a CmHandler: called with the GIL taken, on
+// the dispatching thread or the executor's; what it raises is a failure
+// record (Callable). For CONNECT_REQUEST the event's id is the new id (keep
+// it, or the request is rejected, as in C++).
+CmHandler cm_handler(py::object handler, std::shared_ptr<KnownIds> known) {
+  Callable call(std::move(handler), "a CM handler");
+  return [call, known](const CmEvent& event) {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+      throw std::runtime_error("not called: the Python interpreter is finalizing");
+    }
+    py::gil_scoped_acquire gil;
+    PyCmId lent;
+    Lending lending{lent};
+    PyCmEvent e;
+    e.code = event.code;
+    e.status = event.status;
+    e.private_data = py::bytes(reinterpret_cast<const char*>(event.private_data.data()),
+                               event.private_data.size());
+    e.peer_qp_num = event.connection.qp_num;
+    if (event.new_id) {
+      known->add(event.new_id);
+      e.id = py::cast(PyCmId(event.new_id));
+    } else if (auto held = known->find(event.id)) {
+      e.id = py::cast(PyCmId(std::move(held)));
+    } else {
+      lent.ref->id = event.id;
+      e.id = py::cast(lent);
+    }
+    call(std::move(e));
+  };
+}
+
+std::shared_ptr<KnownIds> known_ids() { return std::make_shared<KnownIds>(); }
+
+std::uint8_t byte_of(int value, const char* what) {
+  if (value < 0 || value > 255) {
+    throw py::value_error(std::string(what) + " is 0 to 255, not " + std::to_string(value));
+  }
+  return static_cast<std::uint8_t>(value);
+}
 
 // A Python make_qp(id, attempt) -> QueuePair as a MakeQp: run with the GIL
 // taken; what it raises (or a result that is no QueuePair) fails the attempt.
@@ -55,10 +158,7 @@ MakeQp make_qp_of(py::object function) {
     py::gil_scoped_acquire gil;
     PyCmId handed;
     handed.ref->id = &id;
-    struct Invalidate {
-      PyCmId& id;
-      ~Invalidate() { id.ref->id = nullptr; }
-    } invalidate{handed};
+    Lending lending{handed};
     try {
       py::object qp = kept.get()(handed, attempt);
       if (!py::isinstance<PyQueuePair>(qp)) {
@@ -117,24 +217,229 @@ void bind_cm(py::module_& m) {
           "dispatcher", [](const PyCmEventChannel& c) { return c.dispatcher; },
           "The Dispatcher it was made on.");
 
-  py::class_<PyCmId>(m, "CmId",
-                     "The CM id of one attempt, handed to make_qp(id, attempt), valid only "
-                     "during that call (then OSError ENODEV).")
+  for (const CmEventTypeInfo& info : kCmEventTypes) {
+    m.attr(std::string(info.enumerator).c_str()) = static_cast<int>(info.type);
+  }
+
+  py::class_<PyCmEvent>(m, "CmEvent",
+                        "One CM event, as a CmId's handler is given it: values copied before "
+                        "the event was acked.")
       .def_property_readonly(
-          "device_name", [](const PyCmId& id) { return id.get("CmId.device_name").device_name(); },
-          "The RDMA device the id is bound to ('rxe0'): make the QP there.")
-      .def_property_readonly(
-          "port_num", [](const PyCmId& id) { return id.get("CmId.port_num").port_num(); },
-          "The device's port the id is bound to.")
+          "type", [](const PyCmEvent& e) { return describe_cm_event_code(e.code); },
+          "Its name, as rdma_event_str() spells it ('RDMA_CM_EVENT_ESTABLISHED').")
+      .def_readonly("code", &PyCmEvent::code,
+                    "Its rdma_cm_event_type (ibev.RDMA_CM_EVENT_ESTABLISHED, ...).")
+      .def_readonly("status", &PyCmEvent::status,
+                    "0, a negative errno (ADDR_ERROR, UNREACHABLE, CONNECT_ERROR, ...) or for "
+                    "REJECTED the CM's reject reason (28: the consumer rejected).")
+      .def_readonly("id", &PyCmEvent::id,
+                    "The CmId it concerns; for CONNECT_REQUEST the new id, which hears the "
+                    "listener's handler from now on: keep it and accept() or reject() it "
+                    "(dropped, the request is rejected).")
+      .def_readonly("private_data", &PyCmEvent::private_data,
+                    "The peer's private data (bytes; the CM may pad it with zeros).")
+      .def_readonly("peer_qp_num", &PyCmEvent::peer_qp_num,
+                    "The peer's QP number (CONNECT_REQUEST, ESTABLISHED on the active side), "
+                    "else 0.")
+      .def(
+          "__repr__",
+          [](const PyCmEvent& e) {
+            return "<CmEvent " + describe_cm_event_code(e.code) + " status " +
+                   std::to_string(e.status) + ">";
+          },
+          "The type and status.");
+
+  py::class_<PyCmId>(
+      m, "CmId",
+      "An rdma_cm id with its handler, as cm/cm_id.h's: CmId(channel, handler, executor=None) "
+      "makes one (rdma_create_id, RDMA_PS_TCP); handler(CmEvent) runs on the channel's "
+      "dispatching thread (or the WorkerThread given as executor), with the GIL taken, and what "
+      "it raises is a failure record. Its calls raise OSError naming the librdmacm call and "
+      "errno (ENODEV once closed), ValueError for bad input. close() (or the object's end, "
+      "without the GIL) stops the handler and destroys the id; its QP is let go. A handler that "
+      "refers to its id makes a cycle Python's collector cannot see through C++: close it. The "
+      "id make_qp(id, attempt) is handed is lent: its session's, valid during that call only "
+      "(then OSError ENODEV), and close() refuses it.")
+      .def(py::init([](const PyCmEventChannel& channel, py::object handler,
+                       const PyWorkerThread* executor) {
+             auto known = known_ids();
+             CmId::Options o;
+             if (executor != nullptr) o.executor = executor->executor();
+             CmHandler h = cm_handler(std::move(handler), known);
+             auto id = without_gil(
+                 [&] { return CmId::create(channel.ref(), std::move(h), std::move(o)); });
+             known->add(id);
+             return PyCmId(std::move(id));
+           }),
+           "channel"_a, "handler"_a, "executor"_a = nullptr)
+      .def(
+          "resolve_addr",
+          [](const PyCmId& id, const std::string& host, int port, double timeout,
+             std::optional<std::string> source) {
+            const CmAddress destination = CmAddress::parse(host, port_of(port));
+            std::optional<CmAddress> from;
+            if (source) from = CmAddress::parse(*source, 0);
+            const auto ms = seconds(timeout);
+            id.call("rdma_resolve_addr", [&](CmId& i) {
+              i.resolve_addr(from ? &*from : nullptr, destination, ms);
+            });
+          },
+          "host"_a, "port"_a, "timeout"_a = 2.0, "source"_a = py::none(),
+          "rdma_resolve_addr to host:port (numeric; source: the local address to use): "
+          "ADDR_RESOLVED (or ADDR_ERROR) follows. ValueError for a bad address or timeout.")
+      .def(
+          "resolve_route",
+          [](const PyCmId& id, double timeout) {
+            const auto ms = seconds(timeout);
+            id.call("rdma_resolve_route", [&](CmId& i) { i.resolve_route(ms); });
+          },
+          "timeout"_a = 2.0, "rdma_resolve_route: ROUTE_RESOLVED (or ROUTE_ERROR) follows.")
+      .def(
+          "listen",
+          [](const PyCmId& id, const std::string& host, int port, int backlog) {
+            const CmAddress address = CmAddress::parse(host, port_of(port));
+            id.call("rdma_bind_addr", [&](CmId& i) { i.listen(address, backlog); });
+          },
+          "host"_a, "port"_a, "backlog"_a = 64,
+          "rdma_bind_addr on host:port (port 0: any; local_port tells), then rdma_listen: "
+          "CONNECT_REQUESTs follow, each with its new id (CmEvent.id).")
       .def(
           "init_qp",
           [](const PyCmId& id, PyQueuePair& qp) {
             open_object(qp, "CmId.init_qp: the QueuePair");
-            id.get("CmId.init_qp").init_qp(*qp);
+            id.call("rdma_init_qp_attr", [&](CmId& i) { i.init_qp(*qp); });
           },
           "qp"_a,
-          "RESET -> INIT with the CM's attributes: post receives after it, before returning the "
-          "QP. Raises OSError naming the verb and errno.");
+          "RESET -> INIT with the CM's attributes: post receives after it, before connect() or "
+          "accept() (or returning the QP from make_qp). Raises OSError naming the verb and "
+          "errno.")
+      .def(
+          "connect",
+          [](const PyCmId& id, PyQueuePair& qp, py::bytes private_data,
+             std::optional<int> responder_resources, std::optional<int> initiator_depth,
+             int retry_count, int rnr_retry_count) {
+            open_object(qp, "rdma_connect: the QueuePair");
+            CmConnectOptions o;
+            o.private_data = bytes_of(private_data);
+            if (responder_resources) {
+              o.responder_resources = byte_of(*responder_resources, "responder_resources");
+            }
+            if (initiator_depth) o.initiator_depth = byte_of(*initiator_depth, "initiator_depth");
+            o.retry_count = byte_of(retry_count, "retry_count");
+            o.rnr_retry_count = byte_of(rnr_retry_count, "rnr_retry_count");
+            id.call("rdma_connect", [&](CmId& i) { i.connect(qp.ref(), o); });
+          },
+          "qp"_a, py::kw_only(), "private_data"_a = py::bytes(),
+          "responder_resources"_a = py::none(), "initiator_depth"_a = py::none(),
+          "retry_count"_a = 7, "rnr_retry_count"_a = 7,
+          "Sends the connection request for qp (an RC QueuePair on device_name, taken to INIT "
+          "if it is not): ESTABLISHED (the QP in RTS), REJECTED, UNREACHABLE or CONNECT_ERROR "
+          "follows. private_data: 56 bytes at most; depths unset: the device's maximum; "
+          "rnr_retry_count 7: for ever.")
+      .def(
+          "accept",
+          [](const PyCmId& id, PyQueuePair& qp, py::bytes private_data,
+             std::optional<int> responder_resources, std::optional<int> initiator_depth,
+             int retry_count, int rnr_retry_count) {
+            open_object(qp, "rdma_accept: the QueuePair");
+            CmConnectOptions o;
+            o.private_data = bytes_of(private_data);
+            if (responder_resources) {
+              o.responder_resources = byte_of(*responder_resources, "responder_resources");
+            }
+            if (initiator_depth) o.initiator_depth = byte_of(*initiator_depth, "initiator_depth");
+            o.retry_count = byte_of(retry_count, "retry_count");
+            o.rnr_retry_count = byte_of(rnr_retry_count, "rnr_retry_count");
+            id.call("rdma_accept", [&](CmId& i) { i.accept(qp.ref(), o); });
+          },
+          "qp"_a, py::kw_only(), "private_data"_a = py::bytes(),
+          "responder_resources"_a = py::none(), "initiator_depth"_a = py::none(),
+          "retry_count"_a = 7, "rnr_retry_count"_a = 7,
+          "On a CONNECT_REQUEST's new id: takes qp to RTS and replies (private_data: 196 bytes "
+          "at most); ESTABLISHED follows when the peer's RTU comes.")
+      .def(
+          "reject",
+          [](const PyCmId& id, py::bytes private_data) {
+            const std::vector<std::uint8_t> data = bytes_of(private_data);
+            id.call("rdma_reject", [&](CmId& i) { i.reject(data); });
+          },
+          "private_data"_a = py::bytes(),
+          "On a CONNECT_REQUEST's new id: the peer hears REJECTED with private_data.")
+      .def(
+          "disconnect",
+          [](const PyCmId& id) { id.call("rdma_disconnect", [](CmId& i) { i.disconnect(); }); },
+          "Moves the QP to ERR and sends the DREQ: the peer hears DISCONNECTED and should "
+          "disconnect() too (its DREP), then this side hears DISCONNECTED.")
+      .def(
+          "reroute",
+          [](const PyCmId& id, py::object handler, const PyWorkerThread* executor) {
+            auto known = known_ids();
+            if (id.owned) known->add(id.owned);
+            Executor e;
+            if (executor != nullptr) e = executor->executor();
+            CmHandler h = cm_handler(std::move(handler), known);
+            id.call("CmId::reroute", [&](CmId& i) { i.reroute(std::move(h), std::move(e)); });
+          },
+          "handler"_a, "executor"_a = nullptr,
+          "The id's events go to handler (on executor; None: the dispatching thread) from now "
+          "on, each to one handler only: a CONNECT_REQUEST's new id given a handler of its own. "
+          "Waits (without the GIL) for the old handler as close() does.")
+      .def_property_readonly(
+          "device_name", [](const PyCmId& id) { return id.get("CmId.device_name").device_name(); },
+          "The RDMA device the id is bound to ('rxe0'; '' before): make the QP there.")
+      .def_property_readonly(
+          "port_num", [](const PyCmId& id) { return id.get("CmId.port_num").port_num(); },
+          "The device's port the id is bound to.")
+      .def_property_readonly(
+          "local_address",
+          [](const PyCmId& id) { return id.get("rdma_get_local_addr").local_address().to_string(); },
+          "Its local address, as '10.0.0.1:7471' or '[fd00::1]:7471'.")
+      .def_property_readonly(
+          "local_port",
+          [](const PyCmId& id) { return id.get("rdma_get_local_addr").local_address().port(); },
+          "Its local port (a listener's on port 0: the one bound).")
+      .def_property_readonly(
+          "peer_address",
+          [](const PyCmId& id) { return id.get("rdma_get_peer_addr").peer_address().to_string(); },
+          "The peer's address, as local_address.")
+      .def_property_readonly(
+          "queue_pair",
+          [](const PyCmId& id) {
+            return queue_pair_object(id.get("CmId.queue_pair").queue_pair());
+          },
+          "The QueuePair given to connect() or accept() (None before).")
+      .def_property_readonly(
+          "closed",
+          [](const PyCmId& id) { return id.ref->id == nullptr || id.ref->id->get() == nullptr; },
+          "Whether it was closed (a lent id: whether its call is over).")
+      .def(
+          "close",
+          [](PyCmId& id) {
+            if (!id.owned) {
+              throw py::value_error("CmId.close: a lent id is its session's to close");
+            }
+            id.call("CmId.close", [](CmId& i) { i.close(); });
+          },
+          "Stops the handler (waiting for it, without the GIL, unless called from it) and "
+          "destroys the id; its QP is let go. Again: nothing.")
+      .def(
+          "__eq__",
+          [](const PyCmId& a, py::object b) {
+            return py::isinstance<PyCmId>(b) && a.ref->id != nullptr &&
+                   a.ref->id == b.cast<const PyCmId&>().ref->id;
+          },
+          "Whether both are the same C++ id (an event's id and the CmId made).")
+      .def(
+          "__hash__", [](const PyCmId& id) { return std::hash<const void*>()(id.ref->id); },
+          "The C++ id's.")
+      .def(
+          "__enter__", [](py::object self) { return self; }, "Returns itself.")
+      .def(
+          "__exit__",
+          [](PyCmId& id, py::args) {
+            if (id.owned) id.call("CmId.close", [](CmId& i) { i.close(); });
+          },
+          "close().");
 
   py::class_<PyCmSession>(
       m, "CmSession",

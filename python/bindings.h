@@ -11,7 +11,8 @@
 //   - bind_waiting.cc: wait_for, EventWait, WaitResult;
 //   - bind_health.cc: ConnectionHealth, HealthOptions, HealthChange,
 //     HealthCause, RecoveryAttempt;
-//   - bind_cm.cc: CmEventChannel, CmId, CmSession, CmAcceptor.
+//   - bind_cm.cc: CmEventChannel, CmId, CmEvent, CmSession, CmAcceptor and
+//     the RDMA_CM_EVENT_* codes.
 // WorkerThread is the dispatching room's; write_metrics and Replay the verbs
 // room's.
 // Private to the module.

@@ -16,7 +16,9 @@ A connection's health and its recovery: ConnectionHealth(qp, on_change,
 HealthOptions(keepalive=0.3), reconnect=...) over a QP, or a CmSession (and
 its server side, a CmAcceptor) that reconnects through the CM by itself;
 on_change(HealthChange) hears up, down (with its HealthCause), recovering,
-failed. A WorkerThread given as HealthOptions(executor=...) runs those
+failed. CmId(channel, handler) is an rdma_cm id of one's own (resolve,
+listen, connect, accept, disconnect), its handler given a CmEvent (for
+CONNECT_REQUEST, event.id is the new id to accept or reject). A WorkerThread given as HealthOptions(executor=...) runs those
 handlers off the dispatching thread. write_metrics() is the Prometheus text;
 Replay plays a recording (ibev-watch --json) into a Dispatcher.
 

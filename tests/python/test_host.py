@@ -164,6 +164,33 @@ def test_the_cm_channel_is_made_or_refused_naming_the_verb_and_errno():
             assert e.errno == errno.ENODEV and "rdma_create_event_channel" in str(e)
 
 
+def test_a_cm_id_refuses_bad_input_and_a_closed_one_names_the_verb_and_errno():
+    """Without rdma_cm (no channel) there is no id to ask: skipped. A bad
+    address or timeout is a ValueError before librdmacm is asked; a closed
+    id raises OSError(ENODEV) naming the librdmacm call."""
+    with ibev.Dispatcher() as dispatcher:
+        try:
+            channel = ibev.CmEventChannel(dispatcher)
+        except OSError:
+            pytest.skip("no rdma_cm in this kernel")
+        with ibev.CmId(channel, print) as cm_id:
+            with pytest.raises(ValueError):
+                cm_id.resolve_addr("not an address", 7471)
+            with pytest.raises(ValueError, match="port"):
+                cm_id.listen("::1", 70000)
+            with pytest.raises(ValueError, match="timeout"):
+                cm_id.resolve_route(timeout=-1)
+        assert cm_id.closed
+        with pytest.raises(OSError, match="rdma_resolve_addr") as raised:
+            cm_id.resolve_addr("::1", 7471)
+        assert raised.value.errno == errno.ENODEV
+        with pytest.raises(OSError, match="rdma_disconnect") as raised:
+            cm_id.disconnect()
+        assert raised.value.errno == errno.ENODEV
+        cm_id.close()  # again: nothing
+        del cm_id, channel
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(first_delay=0), "first_delay"),
     (dict(max_delay=0.01), "max_delay"),

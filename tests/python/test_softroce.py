@@ -520,10 +520,11 @@ def test_a_session_goes_down_when_its_peer_is_killed_and_up_when_it_is_back(
     pd = ibev.ProtectionDomain(device)
     cq = ibev.CompletionQueue(device, lambda batch: None)
     mr = ibev.MemoryRegion(pd, bytearray(64 * 8))
-    made = []
+    made, lent = [], []
 
     def make_qp(cm_id, attempt):
         assert cm_id.device_name == DEVICE
+        lent.append(cm_id)
         qp = ibev.QueuePair(pd, cq, cq)
         cm_id.init_qp(qp)
         for slot in range(8):
@@ -558,8 +559,101 @@ def test_a_session_goes_down_when_its_peer_is_killed_and_up_when_it_is_back(
             while (line := peer_lines.get(timeout=20)) != "state up":  # the peer's session
                 assert line.startswith("state "), line
             assert len(made) >= 2  # a new QP for the new connection
+            # The id make_qp was handed is a CmId, lent: over after its call.
+            assert isinstance(lent[0], ibev.CmId) and lent[0].closed
+            with pytest.raises(OSError, match="CmId.device_name") as raised:
+                lent[0].device_name
+            assert raised.value.errno == errno.ENODEV
+            with pytest.raises(ValueError, match="lent"):
+                lent[0].close()
     finally:
         peer.stdin.close()
         peer.wait(timeout=20)
+    dispatcher.stop()
+    assert failures.seen == [], failures.seen
+
+
+def test_two_cm_ids_connect_exchange_a_message_and_both_hear_disconnected(
+        dispatcher, device, failures, cm_address):
+    """A listener CmId and a client CmId in one process over rxe0: the client
+    resolves and connects with private data, the listener's handler hears
+    CONNECT_REQUEST with the new id and accepts it with a QP of its own; one
+    SEND crosses; the client disconnects, the server's id hears
+    DISCONNECTED (its event's id is the one accepted) and answers, and the
+    client hears DISCONNECTED too. Bad input and a closed id raise clearly."""
+    pd = ibev.ProtectionDomain(device)
+    completions = queue.Queue()
+    cq = ibev.CompletionQueue(device, lambda batch: [completions.put(wc) for wc in batch])
+    buffer = bytearray(64 * 2)
+    mr = ibev.MemoryRegion(pd, buffer)
+    server_events, client_events = queue.Queue(), queue.Queue()
+    accepted = []  # (the new id, its QP), kept: dropped, the request is rejected
+    client_qp = []
+
+    def on_server(event):
+        if event.code == ibev.RDMA_CM_EVENT_CONNECT_REQUEST:
+            qp = ibev.QueuePair(pd, cq, cq)
+            event.id.init_qp(qp)
+            qp.post_recv(mr, 0, 64, wr_id=1)
+            event.id.accept(qp, private_data=b"welcome")
+            accepted.append((event.id, qp))
+        elif event.code == ibev.RDMA_CM_EVENT_DISCONNECTED:
+            event.id.disconnect()  # the DREP, as rping answers
+        server_events.put((event.type, event.id, event.private_data))
+
+    def on_client(event):
+        if event.code == ibev.RDMA_CM_EVENT_ADDR_RESOLVED:
+            event.id.resolve_route(timeout=2)
+        elif event.code == ibev.RDMA_CM_EVENT_ROUTE_RESOLVED:
+            assert event.id.device_name == DEVICE
+            qp = ibev.QueuePair(pd, cq, cq)
+            client_qp.append(qp)
+            event.id.connect(qp, private_data=b"hello", retry_count=3)
+        client_events.put((event.type, event.id, event.private_data))
+
+    def next_event(events, wanted):
+        while True:
+            kind, cm_id, data = events.get(timeout=10)
+            assert kind not in ("RDMA_CM_EVENT_ADDR_ERROR", "RDMA_CM_EVENT_ROUTE_ERROR",
+                                "RDMA_CM_EVENT_REJECTED", "RDMA_CM_EVENT_UNREACHABLE",
+                                "RDMA_CM_EVENT_CONNECT_ERROR"), kind
+            if kind == wanted:
+                return cm_id, data
+
+    channel = ibev.CmEventChannel(dispatcher)
+    dispatcher.start()
+    with ibev.CmId(channel, on_server) as listener, ibev.CmId(channel, on_client) as client:
+        with pytest.raises(ValueError):
+            client.resolve_addr("not an address", 7471)
+        listener.listen(ADDRESS, 0, backlog=4)
+        port = listener.local_port
+        assert port != 0 and listener.local_address.endswith(f":{port}")
+        client.resolve_addr(ADDRESS, port, timeout=2)
+        child, data = next_event(server_events, "RDMA_CM_EVENT_CONNECT_REQUEST")
+        assert data.startswith(b"hello") and child != listener
+        assert next_event(server_events, "RDMA_CM_EVENT_ESTABLISHED")[0] == child
+        cm_id, data = next_event(client_events, "RDMA_CM_EVENT_ESTABLISHED")
+        assert cm_id == client and data.startswith(b"welcome")
+        assert client.queue_pair.qp_num == client_qp[0].qp_num
+        assert child.peer_address == client.local_address
+
+        buffer[64:68] = b"ping"
+        client_qp[0].post_send(mr, 64, 4, wr_id=2)
+        seen = {}
+        while len(seen) < 2:
+            wc = completions.get(timeout=10)
+            seen[wc.wr_id] = wc
+        assert seen[1].status == ibev.IBV_WC_SUCCESS and seen[1].byte_len == 4
+        assert seen[2].status == ibev.IBV_WC_SUCCESS
+        assert bytes(buffer[:4]) == b"ping"
+
+        client.disconnect()
+        assert next_event(server_events, "RDMA_CM_EVENT_DISCONNECTED")[0] == child
+        assert next_event(client_events, "RDMA_CM_EVENT_DISCONNECTED")[0] == client
+    with pytest.raises(OSError, match="rdma_resolve_addr") as raised:
+        client.resolve_addr(ADDRESS, port)
+    assert raised.value.errno == errno.ENODEV
+    for cm_id, _ in accepted:
+        cm_id.close()
     dispatcher.stop()
     assert failures.seen == [], failures.seen

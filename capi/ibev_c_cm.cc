@@ -1,6 +1,6 @@
-// The C API of sessions through the connection manager (cm/cm_session.h):
-// the event channel, the CM id lent to a make_qp function, the active
-// session and the acceptor. A session's health is lent as an ibev_health
+// The C API of the connection manager (cm/cm_id.h, cm/cm_session.h): the
+// event channel, CM ids (the application's own, or one lent to a make_qp
+// function), the active session and the acceptor. A session's health is lent as an ibev_health
 // (ibev_c_health.cc's functions serve it). The boundary and the helpers are
 // capi/ibev_c_internal.h's.
 #include <ibev/ibev_c.h>

@@ -9,8 +9,8 @@
 //     (what verbs/ is in C++), and their metrics;
 //   - ibev_c_health.cc: a connection's health and its recovery attempts
 //     (verbs/connection_health.h);
-//   - ibev_c_cm.cc: sessions through the connection manager
-//     (cm/cm_session.h).
+//   - ibev_c_cm.cc: the connection manager: CM ids (cm/cm_id.h) and
+//     sessions through it (cm/cm_session.h).
 // Each ibev_* object is a struct holding one reference to the C++ object
 // (or the C++ object itself, for what C++ does not share), and each function
 // is its C++ counterpart inside api_call(), the one place where what C++

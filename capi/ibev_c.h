@@ -676,7 +676,7 @@ int ibev_recovery_attempt_replace(const ibev_recovery_attempt *attempt, ibev_qp 
 // EALREADY when it was settled.
 int ibev_recovery_attempt_fail(const ibev_recovery_attempt *attempt, const char *why);
 
-// -------------------------------------------------------- CM sessions
+// ------------------------------------------------------ connection manager
 
 // A session: one logical RC connection through the RDMA connection manager
 // that outlives its QPs, as ibev::CmSession and ibev::CmAcceptor
@@ -694,13 +694,114 @@ ibev_cm_channel *ibev_cm_channel_create(ibev_dispatcher *dispatcher);
 // NULL is ignored.
 void ibev_cm_channel_destroy(ibev_cm_channel *channel);
 
-// The CM id of one attempt, lent to ibev_make_qp_fn for its call.
-// The name of the device it resolved to: open that device (or find the one
-// you have of that name) and make the QP there. NULL for a NULL id.
+// A CM id (ibev::CmId, cm/cm_id.h), one type for two owners: the
+// application's own, from ibev_cm_id_create() or a CONNECT_REQUEST, or the
+// one of a session's attempt, lent to ibev_make_qp_fn for its call (the
+// session's: only the queries and ibev_cm_id_init_qp() take it, the other
+// calls are EINVAL, and ibev_cm_id_destroy() ignores it).
+//
+// The name of the device it is bound to ("rxe0"): open that device (or find
+// the one you have of that name) and make the QP there. "" until the
+// address is resolved (or for a listener bound to any address); once known
+// it stays, valid while the id is. NULL for a NULL id.
 const char *ibev_cm_id_device_name(const ibev_cm_id *id);
 // Takes `qp` to INIT for this id (its port, P_Key, access), so that its
-// receives can be posted before the QP is handed back.
+// receives can be posted before the QP is handed back (or given to
+// ibev_cm_id_connect() or _accept(), which take it to INIT themselves if
+// it is not).
 int ibev_cm_id_init_qp(const ibev_cm_id *id, ibev_qp *qp);
+
+// One CM event, copied before it was acked (cm/cm_id.h's CmEvent). Valid
+// during the handler's call.
+struct ibev_cm_event {
+  int code;          // an enum rdma_cm_event_type, or a code this build does not know
+  const char *name;  // the enumerator ("RDMA_CM_EVENT_ESTABLISHED"), as rdma_event_str()
+  // 0, or a negative errno (ADDR_ERROR, UNREACHABLE, CONNECT_ERROR, ...), or
+  // for REJECTED the CM's reject reason (28: the consumer rejected).
+  int status;
+  ibev_cm_id *id;  // the id that hears it (for CONNECT_REQUEST, the listener)
+  // CONNECT_REQUEST only (NULL otherwise): the request's new id, the
+  // handler's from now on. Accept or reject it, then keep it for the
+  // connection; destroy it with ibev_cm_id_destroy() in any case (destroying
+  // it unanswered rejects the request). Its events go to the listener's
+  // function and context, with `id` this new id.
+  ibev_cm_id *new_id;
+  const void *private_data;  // the peer's (NULL when none), valid during the call
+  size_t private_data_length;
+};
+
+typedef void (*ibev_cm_event_fn)(const struct ibev_cm_event *event, void *context);
+
+// An rdma_cm_id (RDMA_PS_TCP) on `channel`, whose events `on_event` hears on
+// the dispatching thread, as the kernel's rdma_create_id takes its
+// event_handler. The id keeps its channel (destroying the ibev_cm_channel
+// before the id is fine). EINVAL for a NULL channel or handler; errno of
+// rdma_create_id.
+ibev_cm_id *ibev_cm_id_create(ibev_cm_channel *channel, ibev_cm_event_fn on_event,
+                              void *context);
+// Destroys the id (rdma_destroy_id): its handler is detached first and the
+// call returns once it is not running (at once from inside its own
+// handler, which may destroy its id); then `context` may be freed. A
+// connected peer hears DISCONNECTED; the QP given to connect or accept is
+// not destroyed, only let go. NULL and a lent id are ignored.
+void ibev_cm_id_destroy(ibev_cm_id *id);
+
+// Every call below may be made from any thread, handlers included. Each
+// returns 0 or an errno value with ibev_last_error() naming it and the
+// librdmacm call that failed; EINVAL for a NULL id, a lent id, or bad input.
+
+// rdma_resolve_addr from `source_host` (NULL: any) to `host` and `port`
+// (numeric IPv4 or IPv6 addresses): ADDR_RESOLVED (or ADDR_ERROR) follows.
+int ibev_cm_id_resolve_addr(ibev_cm_id *id, const char *source_host, const char *host,
+                            uint16_t port, int timeout_ms);
+// rdma_resolve_route: ROUTE_RESOLVED (or ROUTE_ERROR) follows.
+int ibev_cm_id_resolve_route(ibev_cm_id *id, int timeout_ms);
+// rdma_bind_addr to `host` ("::" or "0.0.0.0": any) and `port` (0: any free
+// one, ibev_cm_id_local_address() tells which), then rdma_listen:
+// CONNECT_REQUESTs follow.
+int ibev_cm_id_listen(ibev_cm_id *id, const char *host, uint16_t port, int backlog);
+
+// What connect and accept send (rdma_conn_param, CmConnectOptions). Start
+// from ibev_cm_connect_attr_init().
+struct ibev_cm_connect_attr {
+  const void *private_data;  // a request's: 56 bytes at most; a reply's: 196
+  size_t private_data_length;
+  // 0..255, or -1: librdmacm's default (the device's maximum; on accept the
+  // least of the peer's request and the device's maximum).
+  int responder_resources;
+  int initiator_depth;
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;  // 7: for ever
+};
+// CmConnectOptions' defaults: no private data, depths -1, retries 7.
+void ibev_cm_connect_attr_init(struct ibev_cm_connect_attr *attr);
+
+// Sends the connection request for `qp` (an RC QP on the id's device, once
+// the route is resolved; ibev takes it to INIT if it is not): ESTABLISHED
+// (QP in RTS), REJECTED, UNREACHABLE or CONNECT_ERROR follows. `attr` NULL:
+// the defaults. The id keeps a reference to the QP; the ibev_qp stays the
+// caller's.
+int ibev_cm_id_connect(ibev_cm_id *id, ibev_qp *qp, const struct ibev_cm_connect_attr *attr);
+// On a CONNECT_REQUEST's new id: takes `qp` to RTS and replies; ESTABLISHED
+// follows when the peer's RTU comes. `attr` as ibev_cm_id_connect()'s.
+int ibev_cm_id_accept(ibev_cm_id *id, ibev_qp *qp, const struct ibev_cm_connect_attr *attr);
+// On a CONNECT_REQUEST's new id: the peer hears REJECTED with these
+// `length` bytes (255 at most; `data` may be NULL for 0).
+int ibev_cm_id_reject(ibev_cm_id *id, const void *data, size_t length);
+// Moves the QP to ERR and sends the disconnect: the peer hears
+// DISCONNECTED and should call this too (on DISCONNECTED, as rping does),
+// which answers; then this side hears DISCONNECTED.
+int ibev_cm_id_disconnect(ibev_cm_id *id);
+
+// The port it is bound to, from 1; 0 before that, or with errno set (EINVAL
+// for a NULL id).
+int ibev_cm_id_port_num(const ibev_cm_id *id);
+// Its local or its peer's address as text ("10.0.0.1:7471",
+// "[fd00::1]:7471"), written into the caller's buffer as snprintf writes
+// (ibev_write_metrics() says how: `length`, if not NULL, gets the whole
+// text's length). EINVAL for a NULL id, or a NULL buffer with a size above 0.
+int ibev_cm_id_local_address(const ibev_cm_id *id, char *buffer, size_t size, size_t *length);
+int ibev_cm_id_peer_address(const ibev_cm_id *id, char *buffer, size_t size, size_t *length);
 
 // One attempt's QP: an RC QP on ibev_cm_id_device_name()'s device, its CQs
 // served by the channel's dispatcher, in INIT (ibev_cm_id_init_qp()) with

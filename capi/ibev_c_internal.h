@@ -9,8 +9,8 @@
 //     (what verbs/ is in C++), and their metrics;
 //   - ibev_c_health.cc: a connection's health and its recovery attempts
 //     (verbs/connection_health.h);
-//   - ibev_c_cm.cc: sessions through the connection manager
-//     (cm/cm_session.h);
+//   - ibev_c_cm.cc: the connection manager: CM ids (cm/cm_id.h) and
+//     sessions through it (cm/cm_session.h);
 //   - ibev_c_replay.cc: a recording played into a dispatcher
 //     (dispatch/replay.h), its ibev_replay private to it.
 // Each ibev_* object is a struct holding one reference to the C++ object
@@ -25,6 +25,7 @@
 
 #include <ibev/ibev_c.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -38,6 +39,7 @@
 #include <ibev/core/event_filter.h>
 #include <ibev/core/failure.h>
 #include <ibev/core/handle.h>
+#include <ibev/core/thread_annotations.h>
 #include <ibev/dispatch/dispatcher.h>
 #include <ibev/dispatch/event_wait.h>
 #include <ibev/dispatch/worker_thread.h>
@@ -87,10 +89,17 @@ struct ibev_recovery_attempt {
   ibev::RecoveryAttempt attempt;
 };
 struct ibev_cm_channel : Shared<ibev::CmEventChannel> {};
-// Lent to a make_qp function for its call.
+// A CM id: the application's (`owned`: from ibev_cm_id_create() or a
+// CONNECT_REQUEST), or lent to a make_qp function for its call (`owned`
+// null: the session's id, which only the queries and init_qp take).
 struct ibev_cm_id {
-  ibev::CmId& id;
-  std::string device_name;
+  explicit ibev_cm_id(ibev::CmId* lent) : id(lent) {}
+  ibev::CmId* id;
+  std::shared_ptr<ibev::CmId> owned;
+  // device_name()'s text once known: an id binds to one device, so the
+  // pointer handed out stays valid while the id is.
+  mutable ibev::detail::Mutex mutex;
+  mutable std::string device_name IBEV_GUARDED_BY(mutex);
 };
 // The session, and its health lent as an ibev_health (an alias of the
 // session's reference: the health lives as long as the session).
@@ -182,6 +191,18 @@ Enum enum_in_range(const CEnum& value, int last, const char* what) {
                                 " is none of its enum's values");
   }
   return static_cast<Enum>(bits);
+}
+
+// A text written into a C caller's buffer as snprintf writes: at most
+// `size` - 1 characters and a NUL; `length` (if not NULL) gets its whole
+// length. std::invalid_argument for a NULL buffer with a size above 0.
+inline void write_text(const std::string& text, char* buffer, size_t size, size_t* length) {
+  if (size > 0 && buffer == nullptr) throw std::invalid_argument("buffer is NULL");
+  if (length != nullptr) *length = text.size();
+  if (size == 0) return;
+  const size_t copied = std::min(text.size(), size - 1);
+  std::copy_n(text.data(), copied, buffer);
+  buffer[copied] = '\0';
 }
 
 // The events' way into C (ibev_c.cc).

@@ -339,12 +339,7 @@ int ibev_write_metrics(const ibev_dispatcher* dispatcher, ibev_device* const* de
     }
     std::ostringstream text;
     ibev::write_metrics(text, serving, listed);
-    const std::string written = std::move(text).str();
-    if (length != nullptr) *length = written.size();
-    if (size == 0) return;
-    const size_t copied = std::min(written.size(), size - 1);
-    std::copy_n(written.data(), copied, buffer);
-    buffer[copied] = '\0';
+    write_text(std::move(text).str(), buffer, size, length);
   });
 }
 

@@ -226,6 +226,7 @@ void ignore_change(const ibev_health_change*, void*) {}
 void nothing(void*) {}
 ibev_qp* no_qp(const ibev_cm_id*, const ibev_recovery_attempt*, void*) { return nullptr; }
 void no_change(uint64_t, const ibev_health_change*, void*) {}
+void ignore_cm(const ibev_cm_event*, void*) {}
 
 // A replay's: the recorded "rxe0" is the stand-in, any other name is none.
 ibv_context* rxe0_is_the_stand_in(const char* recorded_name, void*) {
@@ -504,6 +505,65 @@ const BadCall kBadCalls[] = {
      }},
     {"initializing a QP for no id", "ibev_cm_id_init_qp", EINVAL, "id is NULL",
      [](ibev_dispatcher*) { return ibev_cm_id_init_qp(nullptr, nullptr); }},
+    {"a CM id with no handler", "ibev_cm_id_create", EINVAL, "on_event is NULL",
+     [](ibev_dispatcher*) { return made(ibev_cm_id_create(nullptr, nullptr, nullptr)); }},
+    {"a CM id on no channel", "ibev_cm_id_create", EINVAL, "channel is NULL",
+     [](ibev_dispatcher*) { return made(ibev_cm_id_create(nullptr, ignore_cm, nullptr)); }},
+    {"resolving no id", "ibev_cm_id_resolve_addr", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_resolve_addr(nullptr, nullptr, "::1", 1, 100); }},
+    {"resolving to no host", "ibev_cm_id_resolve_addr", EINVAL, "host is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_resolve_addr(nullptr, nullptr, nullptr, 1, 100); }},
+    {"resolving a name, not an address", "ibev_cm_id_resolve_addr", EINVAL, "'localhost'",
+     [](ibev_dispatcher*) {
+       return ibev_cm_id_resolve_addr(nullptr, nullptr, "localhost", 1, 100);
+     }},
+    {"resolving from a bad source", "ibev_cm_id_resolve_addr", EINVAL, "'10.0.0'",
+     [](ibev_dispatcher*) { return ibev_cm_id_resolve_addr(nullptr, "10.0.0", "::1", 1, 100); }},
+    {"resolving no id's route", "ibev_cm_id_resolve_route", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_resolve_route(nullptr, 100); }},
+    {"listening on a bad address", "ibev_cm_id_listen", EINVAL, "'::g'",
+     [](ibev_dispatcher*) { return ibev_cm_id_listen(nullptr, "::g", 0, 8); }},
+    {"listening with no id", "ibev_cm_id_listen", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_listen(nullptr, "::", 0, 8); }},
+    {"connecting no id", "ibev_cm_id_connect", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_connect(nullptr, nullptr, nullptr); }},
+    {"a depth past a byte", "ibev_cm_id_connect", EINVAL, "attr->initiator_depth 256",
+     [](ibev_dispatcher*) {
+       ibev_cm_connect_attr attr;
+       ibev_cm_connect_attr_init(&attr);
+       attr.initiator_depth = 256;
+       return ibev_cm_id_connect(nullptr, nullptr, &attr);
+     }},
+    {"accepting with private data at NULL", "ibev_cm_id_accept", EINVAL,
+     "attr->private_data is NULL",
+     [](ibev_dispatcher*) {
+       ibev_cm_connect_attr attr;
+       ibev_cm_connect_attr_init(&attr);
+       attr.private_data_length = 4;
+       return ibev_cm_id_accept(nullptr, nullptr, &attr);
+     }},
+    {"a responder depth below -1", "ibev_cm_id_accept", EINVAL, "attr->responder_resources -2",
+     [](ibev_dispatcher*) {
+       ibev_cm_connect_attr attr;
+       ibev_cm_connect_attr_init(&attr);
+       attr.responder_resources = -2;
+       return ibev_cm_id_accept(nullptr, nullptr, &attr);
+     }},
+    {"rejecting with data at NULL", "ibev_cm_id_reject", EINVAL, "data is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_reject(nullptr, nullptr, 3); }},
+    {"rejecting no id", "ibev_cm_id_reject", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_reject(nullptr, nullptr, 0); }},
+    {"disconnecting no id", "ibev_cm_id_disconnect", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_disconnect(nullptr); }},
+    {"the port of no id", "ibev_cm_id_port_num", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_port_num(nullptr); }},
+    {"the address of no id", "ibev_cm_id_local_address", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) {
+       char text[64];
+       return ibev_cm_id_local_address(nullptr, text, sizeof text, nullptr);
+     }},
+    {"the peer of no id", "ibev_cm_id_peer_address", EINVAL, "id is NULL",
+     [](ibev_dispatcher*) { return ibev_cm_id_peer_address(nullptr, nullptr, 0, nullptr); }},
     {"metrics of no dispatcher", "ibev_write_metrics", EINVAL, "dispatcher is NULL",
      [](ibev_dispatcher*) {
        char text[16];
@@ -832,9 +892,22 @@ BOOST_AUTO_TEST_CASE(cm_attr_inits_give_the_sessions_defaults) {
   BOOST_TEST(ibev_cm_acceptor_port(nullptr) == 0u);
   BOOST_TEST(ibev_cm_acceptor_sessions(nullptr) == 0u);
   BOOST_TEST(ibev_cm_id_device_name(nullptr) == nullptr);
+  ibev_cm_id_destroy(nullptr);
   ibev_cm_session_destroy(nullptr);
   ibev_cm_acceptor_destroy(nullptr);
   ibev_cm_channel_destroy(nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(cm_connect_attr_init_gives_cm_connect_options_defaults) {
+  ibev_cm_connect_attr attr;
+  std::memset(&attr, 0xff, sizeof attr);
+  ibev_cm_connect_attr_init(&attr);
+  BOOST_TEST(attr.private_data == nullptr);
+  BOOST_TEST(attr.private_data_length == 0u);
+  BOOST_TEST(attr.responder_resources == -1);
+  BOOST_TEST(attr.initiator_depth == -1);
+  BOOST_TEST(attr.retry_count == 7);
+  BOOST_TEST(attr.rnr_retry_count == 7);
 }
 
 BOOST_AUTO_TEST_CASE(a_health_s_state_of_null_is_failed_and_einval) {

@@ -32,20 +32,15 @@
 
 #include <ibev/ibev_c.h>
 
+#include "tests/capi/c_owned.h"
 #include "tests/support/testing.h"
 
 namespace bdata = boost::unit_test::data;
 
 namespace {
 
-// Owners for the C objects a test makes: each is freed by its C function.
-template <auto free_it>
-struct Freed {
-  template <typename T>
-  void operator()(T* object) const {
-    free_it(object);
-  }
-};
+using ibev::testing::Freed;
+
 using DispatcherPtr = std::unique_ptr<ibev_dispatcher, Freed<ibev_dispatcher_destroy>>;
 using HandlePtr = std::unique_ptr<ibev_handle, Freed<ibev_handle_release>>;
 using WaiterPtr = std::unique_ptr<ibev_waiter, Freed<ibev_waiter_destroy>>;

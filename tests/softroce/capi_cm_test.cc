@@ -22,6 +22,7 @@
 #include <ibev/ibev_c.h>
 
 #include "tests/softroce/cm_fixture.h"
+#include "tests/capi/c_owned.h"
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/support/testing.h"
 
@@ -30,16 +31,6 @@ using namespace ibev::testing;
 namespace {
 
 BOOST_TEST_GLOBAL_FIXTURE(NetdevAddress);  // d0's address, for rdma_cm
-
-template <auto free_it>
-struct Freed {
-  template <typename T>
-  void operator()(T* object) const {
-    free_it(object);
-  }
-};
-template <typename T, auto free_it>
-using Owned = std::unique_ptr<T, Freed<free_it>>;
 
 void no_completions(ibv_cq*, const ibv_wc*, size_t, void*) {}
 

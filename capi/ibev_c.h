@@ -25,11 +25,14 @@
 // two may run at once, so they share `context` with care; a health's
 // handler and reconnect function on its ibev_worker, when it has one).
 // Every other call may be made from any thread, handlers included, with
-// three exceptions: one object (a handle, a waiter) is one thread's at a
+// these exceptions: one object (a handle, a waiter) is one thread's at a
 // time; a blocking call (ibev_waiter_wait, ibev_qp_drain) on the thread that
 // drives run_once() waits out its timeout, as nobody dispatches meanwhile
-// (on the dispatching thread itself it is EINVAL); and
-// ibev_dispatcher_destroy() is never called from one of its handlers. Do not
+// (on the dispatching thread itself it is EINVAL);
+// ibev_dispatcher_destroy() is never called from one of its handlers, nor
+// ibev_worker_destroy() from a task on that worker; and
+// ibev_replay_play_file() at a speed above 0 is never called on the
+// dispatching thread (nothing would be delivered while it waits). Do not
 // release or destroy while holding a lock the handler takes: the call waits
 // for the handler.
 //
@@ -690,8 +693,8 @@ int ibev_recovery_attempt_fail(const ibev_recovery_attempt *attempt, const char 
 // every session and acceptor made on it). ENODEV without rdma_cm in the
 // kernel; EINVAL for a NULL dispatcher.
 ibev_cm_channel *ibev_cm_channel_create(ibev_dispatcher *dispatcher);
-// Stops serving it (the channel goes with its last session or acceptor).
-// NULL is ignored.
+// Drops this reference: the channel is served while an id, a session or an
+// acceptor made on it holds it. NULL is ignored.
 void ibev_cm_channel_destroy(ibev_cm_channel *channel);
 
 // A CM id (ibev::CmId, cm/cm_id.h), one type for two owners: the
@@ -703,7 +706,8 @@ void ibev_cm_channel_destroy(ibev_cm_channel *channel);
 // The name of the device it is bound to ("rxe0"): open that device (or find
 // the one you have of that name) and make the QP there. "" until the
 // address is resolved (or for a listener bound to any address); once known
-// it stays, valid while the id is. NULL for a NULL id.
+// it stays, valid while the id is. NULL for a NULL id, or with errno set
+// when it cannot be read.
 const char *ibev_cm_id_device_name(const ibev_cm_id *id);
 // Takes `qp` to INIT for this id (its port, P_Key, access), so that its
 // receives can be posted before the QP is handed back (or given to
@@ -882,9 +886,11 @@ ibev_cm_acceptor *ibev_cm_acceptor_listen(ibev_cm_channel *channel, const char *
                                           ibev_cm_session_fn on_session,
                                           ibev_cm_change_fn on_change, void *context);
 // Stops listening (on_session returns first); the sessions go on, each
-// its keeper's. NULL is ignored.
+// its keeper's, and each still reports to on_change with `context`: keep
+// `context` until the last session it gave is destroyed. NULL is ignored.
 void ibev_cm_acceptor_destroy(ibev_cm_acceptor *acceptor);
-// The port it listens on (0 for NULL).
+// The port it listens on (0 for NULL; 0 with errno ENODEV once its listener
+// was closed under it, its device removed).
 uint16_t ibev_cm_acceptor_port(const ibev_cm_acceptor *acceptor);
 // The sessions it knows by id: neither failed nor closed (0 for NULL).
 size_t ibev_cm_acceptor_sessions(const ibev_cm_acceptor *acceptor);

@@ -43,9 +43,11 @@ ibev::MakeQp make_qp(ibev_make_qp_fn make, void* context) {
   };
 }
 
-std::vector<std::uint8_t> bytes(const void* data, size_t length) {
+// `length` bytes at `data`, which `what` names when NULL.
+std::vector<std::uint8_t> bytes(const void* data, size_t length,
+                                const char* what = "attr->private_data") {
   if (length == 0) return {};
-  if (data == nullptr) throw std::invalid_argument("attr->private_data is NULL");
+  if (data == nullptr) throw std::invalid_argument(std::string(what) + " is NULL");
   const auto* at = static_cast<const std::uint8_t*>(data);
   return std::vector<std::uint8_t>(at, at + length);
 }
@@ -133,9 +135,14 @@ void ibev_cm_channel_destroy(ibev_cm_channel* channel) { take_back(channel); }
 
 const char* ibev_cm_id_device_name(const ibev_cm_id* id) {
   if (id == nullptr) return nullptr;
-  ibev::detail::MutexLock lock(id->mutex);
-  if (id->device_name.empty()) id->device_name = id->id->device_name();
-  return id->device_name.c_str();
+  return api_call(
+      "ibev_cm_id_device_name",
+      [&] {
+        ibev::detail::MutexLock lock(id->mutex);
+        if (id->device_name.empty()) id->device_name = id->id->device_name();
+        return id->device_name.c_str();
+      },
+      [](int) -> const char* { return nullptr; });
 }
 
 int ibev_cm_id_init_qp(const ibev_cm_id* id, ibev_qp* qp) {
@@ -213,10 +220,8 @@ int ibev_cm_id_accept(ibev_cm_id* id, ibev_qp* qp, const ibev_cm_connect_attr* a
 
 int ibev_cm_id_reject(ibev_cm_id* id, const void* data, size_t length) {
   return status_call("ibev_cm_id_reject", [&] {
-    if (length > 0 && data == nullptr) throw std::invalid_argument("data is NULL");
-    const auto* at = static_cast<const std::uint8_t*>(data);
-    own(id).reject(length > 0 ? std::vector<std::uint8_t>(at, at + length)
-                                : std::vector<std::uint8_t>{});
+    std::vector<std::uint8_t> reply = bytes(data, length, "data");  // bad input before the id
+    own(id).reject(std::move(reply));
   });
 }
 
@@ -331,12 +336,20 @@ void ibev_cm_acceptor_destroy(ibev_cm_acceptor* acceptor) {
   take_back(acceptor);
 }
 
+// A listener closed under its acceptor (its device removed) has no address:
+// 0 with errno ENODEV, not an exception out of C.
 uint16_t ibev_cm_acceptor_port(const ibev_cm_acceptor* acceptor) {
-  return acceptor != nullptr ? acceptor->ref->local_address().port() : 0;
+  if (acceptor == nullptr) return 0;
+  return api_call(
+      "ibev_cm_acceptor_port", [&] { return acceptor->ref->local_address().port(); },
+      [](int) -> std::uint16_t { return 0; });
 }
 
 size_t ibev_cm_acceptor_sessions(const ibev_cm_acceptor* acceptor) {
-  return acceptor != nullptr ? acceptor->ref->sessions() : 0;
+  if (acceptor == nullptr) return 0;
+  return api_call(
+      "ibev_cm_acceptor_sessions", [&] { return acceptor->ref->sessions(); },
+      [](int) -> std::size_t { return 0; });
 }
 
 }  // extern "C"

@@ -331,7 +331,6 @@ int ibev_write_metrics(const ibev_dispatcher* dispatcher, ibev_device* const* de
   return status_call("ibev_write_metrics", [&] {
     const ibev::Dispatcher& serving = require(dispatcher, "dispatcher").dispatcher;
     if (count > 0 && devices == nullptr) throw std::invalid_argument("devices is NULL");
-    if (size > 0 && buffer == nullptr) throw std::invalid_argument("buffer is NULL");
     std::vector<std::shared_ptr<ibev::Device>> listed;
     listed.reserve(count);
     for (size_t i = 0; i < count; ++i) {

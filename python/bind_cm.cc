@@ -41,12 +41,16 @@ struct PyCmEventChannel : Shared<CmEventChannel> {
 struct PyCmId {
   struct Ref {
     CmId* id = nullptr;
+    // Which C++ id it stands for, kept after a lent id's call ends (id is
+    // then null), so its equality and hash never change while Python holds it.
+    const CmId* key = nullptr;
+    void lend(CmId* lent) { id = lent, key = lent; }
   };
   std::shared_ptr<Ref> ref = std::make_shared<Ref>();
   std::shared_ptr<CmId> owned;  // null for a lent id
 
   PyCmId() = default;
-  explicit PyCmId(std::shared_ptr<CmId> id) : owned(std::move(id)) { ref->id = owned.get(); }
+  explicit PyCmId(std::shared_ptr<CmId> id) : owned(std::move(id)) { ref->lend(owned.get()); }
   PyCmId(const PyCmId&) = default;
   PyCmId& operator=(const PyCmId&) = delete;
   // Under the GIL (pybind11's dealloc, or a handler's frame).
@@ -62,8 +66,8 @@ struct PyCmId {
     }
     return *ref->id;
   }
-  // One of the id's calls, made without the GIL (the channel's call lock may
-  // be held by the dispatching thread, whose handler may wait for the GIL).
+  // One of the id's calls, made without the GIL: close() and reroute() wait
+  // for a handler in progress, which may be waiting for the GIL.
   template <typename Call>
   auto call(const char* verb, Call&& call) const {
     CmId& id = get(verb);
@@ -112,9 +116,7 @@ struct KnownIds {
 CmHandler cm_handler(py::object handler, std::shared_ptr<KnownIds> known) {
   Callable call(std::move(handler), "a CM handler");
   return [call, known](const CmEvent& event) {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
-      throw std::runtime_error("not called: the Python interpreter is finalizing");
-    }
+    require_python_running();
     py::gil_scoped_acquire gil;
     PyCmId lent;
     Lending lending{lent};
@@ -130,7 +132,7 @@ CmHandler cm_handler(py::object handler, std::shared_ptr<KnownIds> known) {
     } else if (auto held = known->find(event.id)) {
       e.id = py::cast(PyCmId(std::move(held)));
     } else {
-      lent.ref->id = event.id;
+      lent.ref->lend(event.id);
       e.id = py::cast(lent);
     }
     call(std::move(e));
@@ -152,12 +154,10 @@ MakeQp make_qp_of(py::object function) {
   if (!PyCallable_Check(function.ptr())) throw py::type_error("make_qp must be callable");
   Kept kept(std::move(function));
   return [kept](CmId& id, const RecoveryAttempt& attempt) -> std::shared_ptr<QueuePair> {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
-      throw std::runtime_error("not called: the Python interpreter is finalizing");
-    }
+    require_python_running();
     py::gil_scoped_acquire gil;
     PyCmId handed;
-    handed.ref->id = &id;
+    handed.ref->lend(&id);
     Lending lending{handed};
     try {
       py::object qp = kept.get()(handed, attempt);
@@ -168,8 +168,7 @@ MakeQp make_qp_of(py::object function) {
       }
       return qp.cast<PyQueuePair&>().ref();
     } catch (py::error_already_set& raised) {
-      throw std::runtime_error(py::str(raised.type().attr("__name__")).cast<std::string>() + ": " +
-                               py::str(raised.value()).cast<std::string>());
+      throw described(raised);
     }
   };
 }
@@ -177,6 +176,23 @@ MakeQp make_qp_of(py::object function) {
 std::vector<std::uint8_t> bytes_of(const py::bytes& data) {
   const std::string text = data;
   return {text.begin(), text.end()};
+}
+
+// connect()'s and accept()'s keywords as CmConnectOptions (unset depths:
+// the device's maximum); ValueError for a count that is not a byte.
+CmConnectOptions connect_options(const py::bytes& private_data,
+                                 std::optional<int> responder_resources,
+                                 std::optional<int> initiator_depth, int retry_count,
+                                 int rnr_retry_count) {
+  CmConnectOptions o;
+  o.private_data = bytes_of(private_data);
+  if (responder_resources) {
+    o.responder_resources = byte_of(*responder_resources, "responder_resources");
+  }
+  if (initiator_depth) o.initiator_depth = byte_of(*initiator_depth, "initiator_depth");
+  o.retry_count = byte_of(retry_count, "retry_count");
+  o.rnr_retry_count = byte_of(rnr_retry_count, "rnr_retry_count");
+  return o;
 }
 
 std::uint16_t port_of(int port) {
@@ -319,14 +335,9 @@ void bind_cm(py::module_& m) {
              std::optional<int> responder_resources, std::optional<int> initiator_depth,
              int retry_count, int rnr_retry_count) {
             open_object(qp, "rdma_connect: the QueuePair");
-            CmConnectOptions o;
-            o.private_data = bytes_of(private_data);
-            if (responder_resources) {
-              o.responder_resources = byte_of(*responder_resources, "responder_resources");
-            }
-            if (initiator_depth) o.initiator_depth = byte_of(*initiator_depth, "initiator_depth");
-            o.retry_count = byte_of(retry_count, "retry_count");
-            o.rnr_retry_count = byte_of(rnr_retry_count, "rnr_retry_count");
+            const CmConnectOptions o = connect_options(private_data, responder_resources,
+                                                       initiator_depth, retry_count,
+                                                       rnr_retry_count);
             id.call("rdma_connect", [&](CmId& i) { i.connect(qp.ref(), o); });
           },
           "qp"_a, py::kw_only(), "private_data"_a = py::bytes(),
@@ -342,14 +353,9 @@ void bind_cm(py::module_& m) {
              std::optional<int> responder_resources, std::optional<int> initiator_depth,
              int retry_count, int rnr_retry_count) {
             open_object(qp, "rdma_accept: the QueuePair");
-            CmConnectOptions o;
-            o.private_data = bytes_of(private_data);
-            if (responder_resources) {
-              o.responder_resources = byte_of(*responder_resources, "responder_resources");
-            }
-            if (initiator_depth) o.initiator_depth = byte_of(*initiator_depth, "initiator_depth");
-            o.retry_count = byte_of(retry_count, "retry_count");
-            o.rnr_retry_count = byte_of(rnr_retry_count, "rnr_retry_count");
+            const CmConnectOptions o = connect_options(private_data, responder_resources,
+                                                       initiator_depth, retry_count,
+                                                       rnr_retry_count);
             id.call("rdma_accept", [&](CmId& i) { i.accept(qp.ref(), o); });
           },
           "qp"_a, py::kw_only(), "private_data"_a = py::bytes(),
@@ -425,12 +431,12 @@ void bind_cm(py::module_& m) {
       .def(
           "__eq__",
           [](const PyCmId& a, py::object b) {
-            return py::isinstance<PyCmId>(b) && a.ref->id != nullptr &&
-                   a.ref->id == b.cast<const PyCmId&>().ref->id;
+            return py::isinstance<PyCmId>(b) && a.ref->key != nullptr &&
+                   a.ref->key == b.cast<const PyCmId&>().ref->key;
           },
           "Whether both are the same C++ id (an event's id and the CmId made).")
       .def(
-          "__hash__", [](const PyCmId& id) { return std::hash<const void*>()(id.ref->id); },
+          "__hash__", [](const PyCmId& id) { return std::hash<const void*>()(id.ref->key); },
           "The C++ id's.")
       .def(
           "__enter__", [](py::object self) { return self; }, "Returns itself.")
@@ -518,6 +524,7 @@ void bind_cm(py::module_& m) {
               return CmAcceptor::listen(
                   channel.ref(), address,
                   [sessions](const std::shared_ptr<CmSession>& session) {
+                    require_python_running();
                     py::gil_scoped_acquire gil;
                     sessions(std::make_unique<PyCmSession>(session));
                   },

@@ -461,14 +461,18 @@ void bind_verbs(py::module_& m) {
       "events go to the Device of that name among devices (none: skipped and counted), a "
       "device added or removed to on_change(device, 'added' or 'removed'), on the thread "
       "that plays. Events are injected at their recorded distance divided by speed (0: back "
-      "to back), and are synthesized. ValueError for a speed outside 1e-6 to 1e6 (or 0).")
+      "to back), and are synthesized. ValueError for a speed outside 1e-6 to 1e6 (or 0). "
+      "It holds its Dispatcher's C++ side until it is dropped: after a Dispatcher.close(), "
+      "play() still injects into it, and it goes with the "
+      "Replay.")
       .def(py::init<PyDispatcher&, const std::vector<PyDevice*>&, double, py::object>(),
            "dispatcher"_a, "devices"_a = std::vector<PyDevice*>{}, "speed"_a = 1.0,
            "on_change"_a = py::none())
       .def("play", &PyReplay::play, "recording"_a, "name"_a = "recording",
            "Plays recording (the text of a .jsonl) and returns its ReplayStats once the last "
            "event is injected (delivery follows on the dispatching thread). Blocks, without the "
-           "GIL; Ctrl-C stops it (KeyboardInterrupt). ValueError naming name and the line for "
+           "GIL; Ctrl-C stops it (KeyboardInterrupt), as stop() does: later plays return at once. "
+           "ValueError naming name and the line for "
            "a recording that is not one, or an event inject() refuses.")
       .def("stop", &PyReplay::stop,
            "Ends a play() in progress at once, and every later one; any thread.");

@@ -56,6 +56,25 @@ namespace py = pybind11;
 
 namespace ibev::python {
 
+// Whether a thread other than Python's may take the GIL now: not during the
+// interpreter's finalization, when CPython ends a thread that asks for it.
+inline bool python_is_running() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+
+// Before taking the GIL to call Python from C++: a call that cannot be made
+// is an exception (ibev makes it a failure record), not a thread ended.
+inline void require_python_running() {
+  if (!python_is_running()) {
+    throw std::runtime_error("not called: the Python interpreter is finalizing");
+  }
+}
+
+// What Python raised, as the C++ exception ibev records ("Type: message");
+// the Python error is dropped by the caller's handler, under the GIL.
+inline std::runtime_error described(py::error_already_set& raised) {
+  return std::runtime_error(py::str(raised.type().attr("__name__")).cast<std::string>() + ": " +
+                            py::str(raised.value()).cast<std::string>());
+}
+
 // A Python object held by C++ (in a std::function that C++ copies and
 // destroys on any thread, with or without the GIL): read under the GIL,
 // dropped with the GIL taken.
@@ -69,7 +88,7 @@ class Kept {
   struct Held {
     explicit Held(py::object o) : object(std::move(o)) {}
     ~Held() {
-      if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+      if (!python_is_running()) {
         // Taking the GIL now would end this thread (CPython does that to
         // threads that ask for it during finalization): leak it instead.
         object.release();
@@ -95,16 +114,12 @@ class Callable {
 
   template <typename... Args>
   void operator()(Args&&... args) const {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
-      throw std::runtime_error("not called: the Python interpreter is finalizing");
-    }
+    require_python_running();
     py::gil_scoped_acquire gil;
     try {
       function_.get()(std::forward<Args>(args)...);
     } catch (py::error_already_set& raised) {
-      // The text, then the Python error is dropped here, under the GIL.
-      throw std::runtime_error(py::str(raised.type().attr("__name__")).cast<std::string>() + ": " +
-                               py::str(raised.value()).cast<std::string>());
+      throw described(raised);
     }
   }
 

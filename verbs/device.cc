@@ -239,8 +239,9 @@ Dispatcher& Device::dispatcher() const { return *require_dispatcher("Device::dis
 
 Handle Device::on_event(EventFilter filter, Handler handler, Executor executor) {
   // The Registry outlives the Dispatcher (this Device holds it), but nobody
-  // delivers to it any more: a listener added now could never run.
-  require_dispatcher("Device::on_event");
+  // delivers to it any more: a listener added now could never run. Held
+  // until the listener is in, so the Dispatcher cannot go in between.
+  const std::shared_ptr<Dispatcher> delivering = require_dispatcher("Device::on_event");
   return registry().listen(require_open("Device::on_event"), std::move(filter),
                            std::move(handler), std::move(executor));
 }

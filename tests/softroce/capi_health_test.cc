@@ -255,7 +255,7 @@ BOOST_AUTO_TEST_CASE(an_attempt_settled_twice_is_ealready) {
   const ibev_health_cause mine{IBEV_HEALTH_APPLICATION, 0, 0, "again"};
   BOOST_REQUIRE_EQUAL(ibev_health_add_cause(link.health.get(), &mine), 0);
   // Until the reconnect function kept the attempt: it keeps it after
-  // connecting it, so the state reads up first (the cold run of d1977be saw
+  // connecting it, so the state reads up first (the cold run of 009b60c saw
   // it unkept once).
   BOOST_REQUIRE(eventually([&] {
     return !link.attempts_made().empty() && link.state() == IBEV_CONNECTION_UP;

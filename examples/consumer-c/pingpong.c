@@ -310,6 +310,10 @@ static void on_completions(struct ibv_cq *cq, const struct ibv_wc *wc, size_t co
                            void *context) {
   (void)cq;
   struct pingpong *p = context;
+  // What main set up after this CQ was made (the QP, the worker) was written
+  // under the lock, on another thread: take it once to see it.
+  pthread_mutex_lock(&p->mutex);
+  pthread_mutex_unlock(&p->mutex);
   for (size_t i = 0; i < count; ++i) {
     // Every completion, flushes too: the recovery's drain waits for them.
     ibev_health_completion(atomic_load(&p->health), &wc[i]);
@@ -396,7 +400,8 @@ static struct args parse(int argc, char **argv) {
   return args;
 }
 
-// Waits for `*flag` (or a connection failed for good, or the deadline):
+// Waits for `*flag` (or a connection failed for good, or the deadline),
+// p->mutex held, as pthread_cond_timedwait needs:
 // 0 when it came.
 static int wait_for(struct pingpong *p, const int *flag, const char *what) {
   struct timespec until;
@@ -452,8 +457,9 @@ static int play_client(struct pingpong *p) {
         pthread_cond_timedwait(&p->changed, &p->mutex, &tick);
       }
       if (p->state == IBEV_CONNECTION_FAILED || ms_left(&p->deadline) == 0) {
+        const int failed = wait_for(p, &p->replied, "waiting for a reply");  // under the lock
         pthread_mutex_unlock(&p->mutex);
-        return wait_for(p, &p->replied, "waiting for a reply");
+        return failed;
       }
     }
     if (p->args.interval_ms > 0) {
@@ -491,6 +497,9 @@ int main(int argc, char **argv) {
   if (device == NULL) die_ibev(p.args.device != NULL ? p.args.device : "the first device");
   ibev_pd *pd = ibev_pd_create(device);
   if (pd == NULL) die_ibev("ibev_pd_create");
+  // The CQ's handler, on the dispatcher's thread, reads what is set up from
+  // here on: it is written under the lock (on_completions takes it first).
+  pthread_mutex_lock(&p.mutex);
   p.mr = ibev_mr_create(pd, p.buffer, sizeof p.buffer, IBV_ACCESS_LOCAL_WRITE);
   if (p.mr == NULL) die_ibev("ibev_mr_create");
   ibev_cq *cq = ibev_cq_create(device, NULL, on_completions, NULL, &p);
@@ -504,6 +513,7 @@ int main(int argc, char **argv) {
   if (p.qp == NULL) die_ibev("ibev_qp_create");
   p.worker = ibev_worker_create(NULL, NULL);
   if (p.worker == NULL) die_ibev("ibev_worker_create");
+  pthread_mutex_unlock(&p.mutex);
 
   p.sock = tcp_socket(&p.args, &p.deadline);
   struct ibev_rc_endpoint local;

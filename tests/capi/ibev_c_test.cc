@@ -248,7 +248,8 @@ std::string recording_file(const std::string& name, const std::vector<std::strin
 }
 // One port event of `device` at second `second` past noon.
 std::string port_line(const char* device, int code, int second) {
-  char time[32];
+  // Room for any int (GCC's -Wformat-truncation counts it at -O1).
+  char time[48];
   std::snprintf(time, sizeof time, "2026-11-21T12:%02d:%02d.000000Z", second / 60, second % 60);
   return std::string(R"({"time":")") + time + R"(","device":")" + device +
          R"(","event":"x","code":)" + std::to_string(code) +

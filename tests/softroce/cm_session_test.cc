@@ -7,6 +7,7 @@
 // run in this process on one rxe device, each with its own CQ and QPs.
 #define BOOST_TEST_MODULE ibev_softroce_cm_session
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -153,6 +154,9 @@ PeerGone client_outlives_its_server(Env& env, std::shared_ptr<CmEventChannel> ch
                      client.log.count("client cause: " + kRejected) ==
                  1u,
              client.log.text());
+  const auto lived = states(client.log, "client");
+  const auto up = std::find(lived.begin(), lived.end(), "up");
+  BOOST_TEST((up != lived.end() && up + 1 != lived.end() && *(up + 1) == "down"), joined(lived));
   BOOST_TEST(client.log.count("client: up") == 1u, client.log.text());
   BOOST_TEST(client.log.count("client: failed") == 1u, client.log.text());
   const auto errors = env.errors();

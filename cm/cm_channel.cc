@@ -28,10 +28,14 @@
 #include <utility>
 #include <vector>
 
+#include <ibev/cm/test_seams.h>
 #include <ibev/core/failure.h>
 #include "cm_state.h"
 
 namespace ibev {
+
+bool (*detail::test_seams::lose_rtu)(rdma_cm_id*) = nullptr;
+
 namespace {
 
 void copy_private_data(const void* data, std::uint8_t length, CmEvent& event) {
@@ -163,7 +167,8 @@ void CmChannelState::establish(CmIdState& state, rdma_cm_id* id, CmEvent& event)
     move_qp(id, *qp, IBV_QPS_INIT);
     move_qp(id, *qp, IBV_QPS_RTR);
     move_qp(id, *qp, IBV_QPS_RTS);
-    if (rdma_establish(id) != 0) throw_system_error("rdma_establish", errno);
+    const bool lost = test_seams::lose_rtu != nullptr && test_seams::lose_rtu(id);
+    if (!lost && rdma_establish(id) != 0) throw_system_error("rdma_establish", errno);
   } catch (const std::system_error& e) {
     error = e.code().value();
   } catch (const std::exception&) {

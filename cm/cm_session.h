@@ -26,11 +26,18 @@
 // (answered with a disconnect, as rping does), DEVICE_REMOVAL (the id is
 // closed there, so the device can go), REJECTED, UNREACHABLE, CONNECT_ERROR,
 // TIMEWAIT_EXIT; during an attempt these and ADDR_ERROR / ROUTE_ERROR fail
-// the attempt. A peer that goes while its side has not yet seen the
-// connection established (between REP and RTU: its id destroyed before the
-// RTU reached it) rejects the RTU: the session, up on its side, goes down
-// once with REJECTED (consumer defined, status 28) where it would otherwise
-// hear DISCONNECTED; either is the peer gone, and recovery follows alike.
+// the attempt.
+//
+// The peer gone: its id destroyed (closed, or its process ended) is
+// DISCONNECTED if the connection was established on its side, and REJECTED
+// with status 28 (consumer defined: its CM rejects a connection it never
+// saw established) if it went before, between its REP and the RTU reaching
+// it, which the active side, up as soon as it sends the RTU, may hear
+// while up. A session that is up hears either as one down, and recovers
+// alike: attempts until the peer is back, or past give_up_after failed,
+// with one failure record. A peer that goes before accepting is REJECTED
+// (status 28) too: the attempt fails.
+//
 // Each attempt asks the application for its QP (MakeQp): the
 // QP of that attempt's device, receives posted; the requests the last QP
 // did not deliver are the attempt's undelivered(), to send again or not.

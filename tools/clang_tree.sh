@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts that drive clang++ over the library's sources without
 # Bazel (tools/thread_safety.sh, tools/fuzz.sh): the headers as Bazel lays
 # them out (<ibev/core/...>, <ibev/ibev_c.h>), from a folder of links into the
@@ -14,5 +15,6 @@ ibev_clang_tree() {
   ln -s "$root/capi/ibev_c.h" "$scratch/ibev/ibev_c.h"
   ln -s "$root/ibev.h" "$scratch/ibev/ibev.h"
   ln -s "$root/version.h" "$scratch/ibev/version.h"
+  # shellcheck disable=SC2034 # for the script that sources this
   ibev_clang_flags=(-std=c++17 -I"$scratch" -iquote "$root")
 }

@@ -43,6 +43,7 @@ fi
 scratch=$(mktemp -d -t ibev-fuzz.XXXXXX)
 keep=false
 trap '$keep || rm -rf "$scratch"' EXIT
+# shellcheck source=tools/clang_tree.sh
 source "$root/tools/clang_tree.sh"
 ibev_clang_tree "$scratch"
 flags=("${ibev_clang_flags[@]}" -O1 -g1 "-fsanitize=fuzzer,address,undefined"
@@ -81,6 +82,8 @@ for name in "${names[@]}"; do
   # shellcheck disable=SC2086 # objects_of holds space-separated paths
   clang++ "${flags[@]}" ${objects_of[$name]} -o "$scratch/$name" -libverbs -pthread
 done
+
+built=$SECONDS
 
 if ((${#reproduce[@]} > 0)); then
   "$scratch/${names[0]}" -runs=1 "${inputs[@]}"
@@ -122,4 +125,5 @@ if ((${#failed[@]} > 0)); then
   exit 1
 fi
 joined=$(printf '%s, ' "${summary[@]}")
-echo "fuzz: ${#names[@]} targets, ${seconds} s each, nothing found (${joined%, })"
+echo "fuzz: ${#names[@]} targets built in ${built} s, run ${seconds} s each, nothing found" \
+  "(${joined%, })"

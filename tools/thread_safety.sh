@@ -20,6 +20,7 @@ fi
 
 scratch=$(mktemp -d -t ibev-tsa.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
+# shellcheck source=tools/clang_tree.sh
 source "$root/tools/clang_tree.sh"
 ibev_clang_tree "$scratch"
 

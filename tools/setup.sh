@@ -29,7 +29,7 @@ packages=(
   # Clang's thread-safety analysis over the library (tools/thread_safety.sh)
   clang
   # libFuzzer and Clang's sanitizer runtimes for the fuzz targets
-  # (tools/fuzz.sh): a recommendation of clang, which setup does not take
+  # (tools/fuzz.sh), which clang does not pull in
   libclang-rt-14-dev
   # the Python module (python/: pybind11 on Debian's CPython) and its tests
   python3-dev pybind11-dev python3-pytest

@@ -1,4 +1,5 @@
 // ibev-watch's metrics endpoint and textfile (exposition.h).
+#include "apps/ibev_watch/beast.h"  // first: before Boost's headers
 #include "apps/ibev_watch/exposition.h"
 
 #include <fcntl.h>

@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "apps/ibev_watch/beast.h"  // before Boost's headers
+
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>

@@ -7,6 +7,8 @@
 // /metrics, no body for HEAD, a 400 closing the connection, and the
 // response as sent parsing back to itself. A broken promise aborts.
 // tools/fuzz.sh builds and runs it.
+#include "apps/ibev_watch/beast.h"  // first: the parser as ibev-watch has it
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

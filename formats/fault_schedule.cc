@@ -45,6 +45,18 @@ std::uint32_t parse_number(const std::string& text, std::uint64_t low, std::uint
   return static_cast<std::uint32_t>(*value);
 }
 
+// Device and netdev names as the kernel makes them: printable ASCII. Other
+// bytes would make a recording (to_recording) its reader refuses: JSON
+// wants UTF-8, and the writer passes bytes through.
+const std::string& name_of(const std::string& text, const char* what, const std::string& where) {
+  for (const char c : text) {
+    if (c < 0x21 || c > 0x7e) {
+      fail(where, std::string("the ") + what + " '" + text + "' is not a name of printable ASCII");
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string_view to_string(Fault::Kind kind) noexcept {
@@ -92,7 +104,7 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
       fail(where, "unknown fault '" + fields[1] +
                       "' (port-down, port-up, gid-change, qp-fatal, remove, add)");
     }
-    fault.device = fields[2];
+    fault.device = name_of(fields[2], "device", where);
     const bool takes_argument = fault.kind != Fault::Kind::kRemove;
     if (fields.size() != (takes_argument ? 4u : 3u)) {
       fail(where, std::string(to_string(fault.kind)) +
@@ -107,7 +119,7 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
         fault.number = parse_number(fields[3], 0, 0xffffff, "the QP number", where);
         break;
       case Fault::Kind::kAdd:
-        fault.netdev = fields[3];
+        fault.netdev = name_of(fields[3], "netdev", where);
         break;
       case Fault::Kind::kRemove:
         break;

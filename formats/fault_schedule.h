@@ -48,7 +48,8 @@ std::string_view to_string(Fault::Kind kind) noexcept;
 
 // Throws std::invalid_argument "NAME:LINE: why" (an unknown fault, a time
 // that is not N[.N](s|ms) or goes back, a port outside 1..255, a missing or
-// extra argument).
+// extra argument, a device or netdev name with a byte outside printable
+// ASCII).
 std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name);
 
 // The events (and device changes) the faults raise, as recorded at `start`

@@ -97,7 +97,8 @@ std::string recording_change_line(std::string_view device, std::string_view node
   out << "{\"time\":" << json_string(iso8601_utc(time)) << ",\"device\":" << json_string(device)
       << ",\"change\":" << json_string(added ? "added" : "removed")
       << ",\"node\":" << json_string(node);
-  if (!added) out << ",\"loss\":" << json_string(to_string(loss));
+  // Not "none", which the reader refuses: no key reads back as kNone.
+  if (!added && loss != DeviceLoss::kNone) out << ",\"loss\":" << json_string(to_string(loss));
   out << '}';
   return out.str();
 }

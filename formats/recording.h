@@ -51,7 +51,8 @@ std::string object_address(const void* object);
 std::string recording_header(RecordingClock::time_point time);
 std::string recording_line(const Event& event, std::string_view device,
                            RecordingClock::time_point time);
-// A device added, or removed (`loss` says why); `node` is its uverbs node.
+// A device added, or removed (`loss` says why, unless kNone); `node` is its
+// uverbs node.
 std::string recording_change_line(std::string_view device, std::string_view node, bool added,
                                   DeviceLoss loss, RecordingClock::time_point time);
 

@@ -28,6 +28,9 @@ packages=(
   python3
   # Clang's thread-safety analysis over the library (tools/thread_safety.sh)
   clang
+  # libFuzzer and Clang's sanitizer runtimes for the fuzz targets
+  # (tools/fuzz.sh), which clang does not pull in
+  libclang-rt-14-dev
   # the Python module (python/: pybind11 on Debian's CPython) and its tests
   python3-dev pybind11-dev python3-pytest
   # the API reference (docs/doxygen), checked by //tests/docs:doxygen_test

@@ -123,6 +123,12 @@ check consumer-bazel-quiet bash -c "cd examples/consumer-bazel &&
 # check can fail.
 check thread-safety tools/thread_safety.sh
 
+# What ibev reads from files and sockets (recordings, fault schedules,
+# ibev-watch's HTTP requests), fuzzed with libFuzzer, ASan and UBSan for 20 s
+# a target with a fixed seed (tools/fuzz.sh, docs/testing.md);
+# //tests/tools:fuzz_test shows the check can fail.
+check fuzz tools/fuzz.sh
+
 # The installed package: tools/install.sh into a fresh prefix.
 prefix=$work/prefix
 check install env IBEV_WERROR=ON tools/install.sh "$prefix"

@@ -2,9 +2,9 @@
 # Clang's thread-safety analysis over the library (core/thread_annotations.h):
 # every library .cc, or the files given, compiled with -Wthread-safety and
 # -Werror, syntax only; fails on any warning. The headers are found as Bazel
-# lays them out (<ibev/core/...>, <ibev/ibev_c.h>): a scratch folder holds an
-# `ibev` folder of links into the tree. Tests are left out: they lock what
-# they like. python/ too: its headers want python3-dev's flags, and its
+# lays them out (<ibev/core/...>, <ibev/ibev_c.h>): a scratch folder of
+# links into the tree (tools/clang_tree.sh, which tools/fuzz.sh shares).
+# Tests are left out: they lock what they like. python/ too: its headers want python3-dev's flags, and its
 # mutexes (objects.h, bind_waiting.cc, bind_verbs.cc) are plain std ones,
 # unannotated.
 # Usage: tools/thread_safety.sh [FILE.cc...]; prints one line when all pass.
@@ -20,14 +20,12 @@ fi
 
 scratch=$(mktemp -d -t ibev-tsa.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
-mkdir "$scratch/ibev"
-for package in core formats health dispatch verbs cm; do ln -s "$root/$package" "$scratch/ibev/$package"; done
-ln -s "$root/capi/ibev_c.h" "$scratch/ibev/ibev_c.h"
-ln -s "$root/ibev.h" "$scratch/ibev/ibev.h"
-ln -s "$root/version.h" "$scratch/ibev/version.h"
+# shellcheck source=tools/clang_tree.sh
+source "$root/tools/clang_tree.sh"
+ibev_clang_tree "$scratch"
 
 # -Wthread-safety-beta too: the analysis's newer checks, which pass as well.
 printf '%s\0' "${files[@]}" |
-  xargs -0 -P2 -n1 clang++ -std=c++17 -fsyntax-only -I"$scratch" -iquote "$root" \
+  xargs -0 -P2 -n1 clang++ "${ibev_clang_flags[@]}" -fsyntax-only \
     -Wthread-safety -Wthread-safety-beta -Werror
 echo "thread-safety: ${#files[@]} files, no warning"

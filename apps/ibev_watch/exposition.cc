@@ -1,4 +1,5 @@
 // ibev-watch's metrics endpoint and textfile (exposition.h).
+#include "apps/ibev_watch/beast.h"  // first: before Boost's headers
 #include "apps/ibev_watch/exposition.h"
 
 #include <fcntl.h>
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -15,7 +17,8 @@
 #include <boost/beast/http.hpp>
 
 #include <ibev/core/failure.h>
-#include <ibev/formats/prometheus_text.h>
+
+#include "apps/ibev_watch/metrics_response.h"
 
 namespace ibev::watch {
 
@@ -65,35 +68,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void answer(beast::error_code error) {
-    if (error && error.category() == http::make_error_code(http::error::bad_target).category() &&
-        error != http::error::end_of_stream) {
-      // Not HTTP (a port scanner, a TLS hello): told so, then closed.
-      response_ = {};
-      response_.version(11);
-      response_.keep_alive(false);
-      reply(http::status::bad_request, "text/plain", "ibev-watch: not an HTTP request\n");
-      return send();
-    }
-    // A client closing, going quiet or going away is not a failure here.
-    if (error) return close();
-    response_ = {};
-    response_.version(request_.version());
-    response_.keep_alive(request_.keep_alive());
-    response_.set(http::field::server, "ibev-watch");
-    if (request_.target() != "/metrics") {
-      reply(http::status::not_found, "text/plain", "ibev-watch serves /metrics only\n");
-    } else if (request_.method() != http::verb::get && request_.method() != http::verb::head) {
-      response_.set(http::field::allow, "GET, HEAD");
-      reply(http::status::method_not_allowed, "text/plain", "GET or HEAD /metrics\n");
-    } else {
-      try {
-        reply(http::status::ok, MetricsText::kContentType, server_.render());
-      } catch (const std::exception& e) {
-        server_.report(std::string("rendering the metrics: ") + e.what());
-        reply(http::status::internal_server_error, "text/plain", "ibev-watch: no metrics\n");
-      }
-    }
-    if (request_.method() == http::verb::head) response_.body().clear();
+    std::optional<MetricsResponse> response =
+        respond(request_, error, server_.render, server_.failed);
+    if (!response) return close();
+    response_ = std::move(*response);
     send();
   }
 
@@ -105,13 +83,6 @@ class Session : public std::enable_shared_from_this<Session> {
                       });
   }
 
-  void reply(http::status status, const char* type, std::string body) {
-    response_.result(status);
-    response_.set(http::field::content_type, type);
-    response_.body() = std::move(body);
-    response_.prepare_payload();
-  }
-
   void close() {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -120,8 +91,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   MetricsServer::State& server_;
   beast::flat_buffer buffer_;
-  http::request<http::string_body> request_;
-  http::response<http::string_body> response_;
+  MetricsRequest request_;
+  MetricsResponse response_;
 };
 
 // boost::system::error_code of the system category carries the errno.

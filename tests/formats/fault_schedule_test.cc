@@ -84,6 +84,10 @@ const Bad kBad[] = {
     {"1s port-down rxe0 +1\n", "the port '+1' is not a number"},
     {"1e3s port-down rxe0 1\n", "the time '1e3s' is not"},
     {"40000000s port-down rxe0 1\n", "up to a year"},
+    // Found by tests/fuzz/fault_schedule_fuzz.cc: bytes that are not UTF-8
+    // made a recording its reader refuses.
+    {"1s port-down rx\xec" "e0 1\n", "the device 'rx\xec" "e0' is not a name of printable ASCII"},
+    {"1s add rxe0 d\x80\n", "the netdev 'd\x80' is not a name of printable ASCII"},
 };
 
 BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::data::make(kBad), b) {

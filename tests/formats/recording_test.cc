@@ -95,6 +95,17 @@ BOOST_AUTO_TEST_CASE(changes_read_back_and_counts_are_skipped) {
   BOOST_TEST((removed.loss == ibev::DeviceLoss::kRemoved));
 }
 
+// Found by tests/fuzz/recording_fuzz.cc: a removal with no loss was written
+// "loss":"none", which the reader refuses.
+BOOST_AUTO_TEST_CASE(a_removal_without_a_loss_reads_back) {
+  const auto lines =
+      read(ibev::recording_change_line("rxe0", "uverbs0", false, ibev::DeviceLoss::kNone, noon()));
+  BOOST_REQUIRE_EQUAL(lines.size(), 1u);
+  const auto& removed = std::get<ibev::RecordedChange>(lines[0]);
+  BOOST_TEST(!removed.added);
+  BOOST_TEST((removed.loss == ibev::DeviceLoss::kNone));
+}
+
 struct Bad {
   const char* line;
   const char* why;

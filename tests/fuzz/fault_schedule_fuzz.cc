@@ -1,0 +1,68 @@
+// libFuzzer target: read_fault_schedule() (formats/fault_schedule.h) over any
+// bytes. Bad input must end in the std::invalid_argument it documents; a
+// schedule it accepts must keep the header's promises (time order, ports
+// 1..255, QP numbers of 24 bits, an argument where one is due), and the
+// recording to_recording() makes of it must survive the recording writer and
+// reader (recording_check.h). tools/fuzz.sh builds and runs it.
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ibev/formats/fault_schedule.h>
+
+#include "tests/fuzz/recording_check.h"
+
+using ibev::Fault;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
+  std::vector<Fault> faults;
+  try {
+    faults = ibev::read_fault_schedule(in, "fuzz");
+  } catch (const std::invalid_argument&) {
+    return 0;
+  }
+  std::size_t removes = 0;
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    const Fault& fault = faults[i];
+    const std::string where =
+        "fault " + std::to_string(i) + " (line " + std::to_string(fault.line) + ")";
+    if (fault.at.count() < 0 || (i > 0 && fault.at < faults[i - 1].at)) {
+      ibev::fuzz::broken(where + ": a time below 0 or going back");
+    }
+    if (fault.device.empty()) ibev::fuzz::broken(where + ": no device");
+    switch (fault.kind) {
+      case Fault::Kind::kPortDown:
+      case Fault::Kind::kPortUp:
+      case Fault::Kind::kGidChange:
+        if (fault.number < 1 || fault.number > 255)
+          ibev::fuzz::broken(where + ": a port outside 1..255");
+        break;
+      case Fault::Kind::kQpFatal:
+        if (fault.number > 0xffffff) ibev::fuzz::broken(where + ": a QP number above 24 bits");
+        break;
+      case Fault::Kind::kAdd:
+        if (fault.netdev.empty()) ibev::fuzz::broken(where + ": add without a netdev");
+        break;
+      case Fault::Kind::kRemove:
+        ++removes;
+        break;
+    }
+  }
+  const std::vector<ibev::RecordedLine> lines =
+      ibev::to_recording(faults, ibev::RecordingClock::time_point{});
+  if (lines.size() != faults.size() + removes) {
+    ibev::fuzz::broken("to_recording made " + std::to_string(lines.size()) + " lines of " +
+                       std::to_string(faults.size()) + " faults");
+  }
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    if (ibev::time_of(lines[i]) < ibev::time_of(lines[i - 1])) {
+      ibev::fuzz::broken("to_recording's lines go back in time");
+    }
+  }
+  ibev::fuzz::check_round_trip(lines);
+  return 0;
+}

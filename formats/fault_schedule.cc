@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
@@ -55,6 +56,31 @@ const std::string& name_of(const std::string& text, const char* what, const std:
     }
   }
   return text;
+}
+
+// What the reader takes as one name: not empty, printable ASCII (so no
+// space), no comment.
+bool one_word(const std::string& word) {
+  if (word.empty()) return false;
+  for (const char c : word) {
+    if (c < 0x21 || c > 0x7e || c == '#') return false;
+  }
+  return true;
+}
+
+// "2500ms", "1.5ms", "0.001ms": milliseconds, to the microsecond, which
+// parse_time turns back into the same count (llround of N.NNN * 1e3).
+std::string time_text(std::chrono::microseconds at) {
+  const long long us = at.count();
+  std::string text = std::to_string(us / 1000);
+  if (us % 1000 != 0) {
+    char fraction[8];
+    std::snprintf(fraction, sizeof fraction, "%03lld", us % 1000);
+    std::string digits(fraction);
+    digits.erase(digits.find_last_not_of('0') + 1);
+    text += "." + digits;
+  }
+  return text + "ms";
 }
 
 }  // namespace
@@ -130,6 +156,41 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
   }
   if (in.bad()) throw std::invalid_argument(name + ": a read failed");
   return faults;
+}
+
+void write_fault_schedule(std::ostream& out, const std::vector<Fault>& faults) {
+  std::string text;
+  std::chrono::microseconds last{0};
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    const Fault& fault = faults[i];
+    const std::string where = "fault " + std::to_string(i + 1);
+    if (fault.at < last || fault.at.count() > std::llround(kLongest * 1e6)) {
+      fail(where, "its time goes back or is past a year");
+    }
+    last = fault.at;
+    if (!one_word(fault.device)) fail(where, "the device '" + fault.device + "' is not one word");
+    text += time_text(fault.at) + " " + std::string(to_string(fault.kind)) + " " + fault.device;
+    switch (fault.kind) {
+      case Fault::Kind::kQpFatal: {
+        if (fault.number > 0xffffff) fail(where, "the QP number is past 24 bits");
+        char number[16];
+        std::snprintf(number, sizeof number, " 0x%x", static_cast<unsigned>(fault.number));
+        text += number;
+        break;
+      }
+      case Fault::Kind::kAdd:
+        if (!one_word(fault.netdev)) fail(where, "the netdev '" + fault.netdev + "' is not one word");
+        text += " " + fault.netdev;
+        break;
+      case Fault::Kind::kRemove:
+        break;
+      default:
+        if (fault.number < 1 || fault.number > 255) fail(where, "the port is not from 1 to 255");
+        text += " " + std::to_string(fault.number);
+    }
+    text += "\n";
+  }
+  out << text;
 }
 
 std::vector<RecordedLine> to_recording(const std::vector<Fault>& faults,

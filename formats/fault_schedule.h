@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <istream>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,14 @@ std::string_view to_string(Fault::Kind kind) noexcept;
 // extra argument, a device or netdev name with a byte outside printable
 // ASCII).
 std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name);
+
+// Writes `faults` one a line, in the form read_fault_schedule reads (times
+// in ms, to the microsecond; a QP number in hex): what it reads back is
+// `faults`, each `line` its place in the file. Throws std::invalid_argument
+// "fault N: why" before writing anything for what it could not read back
+// (a time that goes back or is past a year, a port outside 1..255, a QP
+// number past 24 bits, a device or netdev empty or with a space or #).
+void write_fault_schedule(std::ostream& out, const std::vector<Fault>& faults);
 
 // The events (and device changes) the faults raise, as recorded at `start`
 // plus each fault's time: a replayable recording.

@@ -7,6 +7,8 @@ packages=(
   # build and test
   bazel-bootstrap g++ libibverbs-dev librdmacm-dev ibverbs-providers libboost-dev
   libboost-test-dev
+  # the fault campaign's schedules, generated and shrunk (tests/campaign)
+  librapidcheck-dev
   # ibev-watch --journal (sd_journal_send); its unit checked with
   # systemd-analyze, the journal test run against systemd-journald
   libsystemd-dev systemd

@@ -98,3 +98,101 @@ BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::dat
     BOOST_TEST(std::string(e.what()).find(b.why) != std::string::npos, e.what());
   }
 }
+
+namespace {
+
+Fault fault(std::chrono::microseconds at, Fault::Kind kind, std::string device,
+            std::uint32_t number = 0, std::string netdev = "") {
+  Fault made;
+  made.at = at;
+  made.kind = kind;
+  made.device = std::move(device);
+  made.number = number;
+  made.netdev = std::move(netdev);
+  return made;
+}
+
+struct Written {
+  const char* name;
+  std::vector<Fault> faults;
+};
+std::ostream& operator<<(std::ostream& out, const Written& w) { return out << w.name; }
+
+using K = Fault::Kind;
+const Written kWritten[] = {
+    {"none", {}},
+    {"every fault",
+     {fault(0us, K::kPortDown, "rxe0", 1), fault(1500ms, K::kPortUp, "rxe0", 1),
+      fault(2s, K::kGidChange, "rxe0", 2), fault(2500ms, K::kQpFatal, "rxe0", 0x11),
+      fault(3s, K::kRemove, "rxe0"), fault(4s, K::kAdd, "rxe0", 0, "d0")}},
+    {"times to the microsecond",
+     {fault(1us, K::kPortDown, "rxe1", 255), fault(999us, K::kPortUp, "rxe1", 255),
+      fault(1001us, K::kGidChange, "rxe1", 1), fault(1010us, K::kGidChange, "rxe1", 1),
+      fault(123456789us, K::kRemove, "rxe1")}},
+    {"QP numbers at both ends, faults at one time",
+     {fault(7ms, K::kQpFatal, "a.b-c_d", 0), fault(7ms, K::kQpFatal, "a.b-c_d", 0xffffff)}},
+    {"a year, the longest",
+     {fault(0us, K::kRemove, "rxe0"),
+      fault(std::chrono::seconds(366 * 86400), K::kAdd, "rxe0", 0, "veth-7")}},
+};
+
+}  // namespace
+
+// What the writer writes, the reader reads back as it was, each fault's line
+// its place: a schedule a program makes (a campaign's, shrunk) is one
+// ibev-replay and ibev::Replay play.
+BOOST_DATA_TEST_CASE(a_written_schedule_reads_back_the_same, boost::unit_test::data::make(kWritten),
+                     w) {
+  std::ostringstream out;
+  ibev::write_fault_schedule(out, w.faults);
+  const auto back = read(out.str());
+  BOOST_REQUIRE_EQUAL(back.size(), w.faults.size());
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    const Fault& want = w.faults[i];
+    BOOST_TEST_CONTEXT("fault " << i + 1 << " written as: " << out.str()) {
+      BOOST_TEST(back[i].at.count() == want.at.count());
+      BOOST_TEST((back[i].kind == want.kind));
+      BOOST_TEST(back[i].device == want.device);
+      BOOST_TEST(back[i].number == want.number);
+      BOOST_TEST(back[i].netdev == want.netdev);
+      BOOST_TEST(back[i].line == static_cast<int>(i + 1));
+    }
+  }
+}
+
+struct Unwritable {
+  const char* name;
+  std::vector<Fault> faults;
+  const char* why;
+};
+std::ostream& operator<<(std::ostream& out, const Unwritable& u) { return out << u.name; }
+
+const Unwritable kUnwritable[] = {
+    {"back in time",
+     {fault(2s, K::kPortDown, "rxe0", 1), fault(1s, K::kPortUp, "rxe0", 1)},
+     "fault 2: its time goes back"},
+    {"before 0", {fault(-1us, K::kPortDown, "rxe0", 1)}, "fault 1: its time goes back"},
+    {"past a year",
+     {fault(std::chrono::seconds(366 * 86400) + 1us, K::kRemove, "rxe0")},
+     "past a year"},
+    {"port 0", {fault(0us, K::kPortDown, "rxe0", 0)}, "the port is not from 1 to 255"},
+    {"port 256", {fault(0us, K::kGidChange, "rxe0", 256)}, "the port is not from 1 to 255"},
+    {"a QP number past 24 bits", {fault(0us, K::kQpFatal, "rxe0", 0x1000000)}, "past 24 bits"},
+    {"no device", {fault(0us, K::kRemove, "")}, "the device '' is not one word"},
+    {"a device with a space", {fault(0us, K::kRemove, "rxe 0")}, "is not one word"},
+    {"a device with a comment", {fault(0us, K::kRemove, "rxe#0")}, "is not one word"},
+    {"an add with no netdev", {fault(0us, K::kAdd, "rxe0")}, "the netdev '' is not one word"},
+};
+
+// What the reader could not read back is refused, and nothing is written.
+BOOST_DATA_TEST_CASE(an_unreadable_schedule_is_not_written,
+                     boost::unit_test::data::make(kUnwritable), u) {
+  std::ostringstream out;
+  try {
+    ibev::write_fault_schedule(out, u.faults);
+    BOOST_FAIL("written: " << out.str());
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find(u.why) != std::string::npos, e.what());
+  }
+  BOOST_TEST(out.str().empty());
+}

@@ -1,0 +1,216 @@
+// The fault campaign's schedules (schedule_gen.h).
+#include "tests/campaign/schedule_gen.h"
+
+#include <iterator>
+#include <map>
+#include <stdexcept>
+#include <sstream>
+#include <utility>
+
+namespace ibev::campaign {
+namespace {
+
+using std::chrono::milliseconds;
+
+// What one episode is; the first shrinks best (RapidCheck shrinks a choice
+// toward the first): a short flap is the quickest fault to replay.
+enum class Kind { kShortFlap, kLongFlap, kGidChange, kQpFatal, kRemove };
+
+struct Episode {
+  Kind kind = Kind::kShortFlap;
+  std::size_t target = 0;
+  int gap_ms = 0;
+  int outage_ms = 0;  // a flap's or a removal's; a fraction of its range
+};
+
+// A number in [low, high] whatever the generation's size (RapidCheck scales
+// ranges by it: early cases would all be the lowest), shrinking toward low.
+rc::Gen<int> within(milliseconds low, milliseconds high) {
+  return rc::gen::resize(100, rc::gen::inRange<int>(static_cast<int>(low.count()),
+                                                    static_cast<int>(high.count()) + 1));
+}
+
+Fault fault(milliseconds at, Fault::Kind kind, const Target& target) {
+  Fault made;
+  made.at = at;
+  made.kind = kind;
+  made.device = target.device;
+  if (kind == Fault::Kind::kAdd) made.netdev = target.netdev;
+  if (kind == Fault::Kind::kPortDown || kind == Fault::Kind::kPortUp ||
+      kind == Fault::Kind::kGidChange) {
+    made.number = target.port;
+  }
+  return made;
+}
+
+std::vector<Fault> to_faults(const std::vector<Episode>& episodes,
+                             const std::vector<Target>& targets) {
+  std::vector<Fault> faults;
+  milliseconds at{0};
+  for (const Episode& episode : episodes) {
+    at += milliseconds(episode.gap_ms);
+    const Target& target = targets[episode.target];
+    switch (episode.kind) {
+      case Kind::kShortFlap:
+      case Kind::kLongFlap:
+        faults.push_back(fault(at, Fault::Kind::kPortDown, target));
+        at += milliseconds(episode.outage_ms);
+        faults.push_back(fault(at, Fault::Kind::kPortUp, target));
+        break;
+      case Kind::kRemove:
+        faults.push_back(fault(at, Fault::Kind::kRemove, target));
+        at += milliseconds(episode.outage_ms);
+        faults.push_back(fault(at, Fault::Kind::kAdd, target));
+        break;
+      case Kind::kGidChange:
+        faults.push_back(fault(at, Fault::Kind::kGidChange, target));
+        break;
+      case Kind::kQpFatal:
+        faults.push_back(fault(at, Fault::Kind::kQpFatal, target));
+        break;
+    }
+  }
+  return faults;
+}
+
+bool in(milliseconds value, milliseconds low, milliseconds high) {
+  return value >= low && value <= high;
+}
+
+}  // namespace
+
+rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds) {
+  if (targets.empty()) throw std::invalid_argument("campaign::schedules: no target");
+  std::vector<Kind> kinds{Kind::kShortFlap, Kind::kLongFlap};
+  if (bounds.gid_change) kinds.push_back(Kind::kGidChange);
+  if (bounds.qp_fatal) kinds.push_back(Kind::kQpFatal);
+  if (bounds.remove) kinds.push_back(Kind::kRemove);
+  // The kind by its index, which shrinks toward 0 (a short flap): a long
+  // flap that fails as a short one would shrinks to it.
+  const auto episode = rc::gen::mapcat(
+      rc::gen::resize(100, rc::gen::inRange<std::size_t>(0, kinds.size())),
+      [kinds, targets, bounds](std::size_t index) {
+        const Kind kind = kinds[index];
+        const bool lasts = kind == Kind::kShortFlap || kind == Kind::kRemove;
+        const bool long_one = kind == Kind::kLongFlap;
+        return rc::gen::apply(
+            [kind](std::size_t target, int gap, int outage) {
+              return Episode{kind, target, gap, outage};
+            },
+            rc::gen::resize(100, rc::gen::inRange<std::size_t>(0, targets.size())),
+            within(bounds.min_gap, bounds.max_gap),
+            long_one ? within(bounds.long_outage_min, bounds.long_outage_max)
+            : lasts  ? within(bounds.short_outage_min, bounds.short_outage_max)
+                     : rc::gen::just(0));
+      });
+  // RapidCheck drops elements of a container when it shrinks: whole
+  // episodes, so never a port-down without its port-up.
+  return rc::gen::map(
+      rc::gen::resize(static_cast<int>(bounds.max_episodes),
+                      rc::gen::container<std::vector<Episode>>(episode)),
+      [targets, bounds](std::vector<Episode> episodes) {
+        if (episodes.size() > bounds.max_episodes) episodes.resize(bounds.max_episodes);
+        return to_faults(episodes, targets);
+      });
+}
+
+std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>& targets,
+                    const Bounds& bounds) {
+  milliseconds end{0};  // of the last episode
+  std::size_t episodes = 0;
+  for (std::size_t i = 0; i < faults.size(); ++i, ++episodes) {
+    const Fault& first = faults[i];
+    const std::string where = "fault " + std::to_string(i + 1) + ": ";
+    const Target* target = nullptr;
+    for (const Target& t : targets) {
+      if (t.device == first.device) target = &t;
+    }
+    if (target == nullptr) return where + first.device + " is no target";
+    const auto at = std::chrono::duration_cast<milliseconds>(first.at);
+    if (milliseconds(at) != first.at) return where + "not a whole ms";
+    if (!in(at - end, bounds.min_gap, bounds.max_gap)) return where + "its gap is out of bounds";
+    end = at;
+    switch (first.kind) {
+      case Fault::Kind::kPortDown:
+      case Fault::Kind::kRemove: {
+        const bool flap = first.kind == Fault::Kind::kPortDown;
+        const auto back = flap ? Fault::Kind::kPortUp : Fault::Kind::kAdd;
+        if (flap ? first.number != target->port : false) return where + "not the target's port";
+        if (i + 1 == faults.size() || faults[i + 1].kind != back ||
+            faults[i + 1].device != first.device ||
+            (flap ? faults[i + 1].number != first.number
+                  : faults[i + 1].netdev != target->netdev)) {
+          return where + "not followed by its " + std::string(to_string(back));
+        }
+        const auto outage = std::chrono::duration_cast<milliseconds>(faults[i + 1].at) - at;
+        if (milliseconds(outage) + at != faults[i + 1].at) return where + "not a whole ms";
+        const bool short_one = in(outage, bounds.short_outage_min, bounds.short_outage_max);
+        const bool long_one = flap && in(outage, bounds.long_outage_min, bounds.long_outage_max);
+        if (!short_one && !long_one) return where + "its outage is out of bounds";
+        if (!flap && !bounds.remove) return where + "no removal in these bounds";
+        end = at + outage;
+        ++i;
+        break;
+      }
+      case Fault::Kind::kGidChange:
+        if (!bounds.gid_change) return where + "no gid-change in these bounds";
+        if (first.number != target->port) return where + "not the target's port";
+        break;
+      case Fault::Kind::kQpFatal:
+        if (!bounds.qp_fatal) return where + "no qp-fatal in these bounds";
+        if (first.number != 0) return where + "a qp-fatal names the workload's QP: 0";
+        break;
+      case Fault::Kind::kPortUp:
+      case Fault::Kind::kAdd:
+        return where + "a " + std::string(to_string(first.kind)) + " with nothing before it";
+    }
+  }
+  if (episodes > bounds.max_episodes) return "more than " + std::to_string(bounds.max_episodes) + " episodes";
+  return {};
+}
+
+std::string reproduce_string(const rc::detail::FailureResult& failure) {
+  std::vector<std::uint8_t> bytes;
+  rc::detail::serialize(failure.reproduce, std::back_inserter(bytes));
+  static const char kDigits[] = "0123456789abcdef";
+  std::string text;
+  for (const std::uint8_t byte : bytes) {
+    text += kDigits[byte >> 4];
+    text += kDigits[byte & 15];
+  }
+  return text;
+}
+
+rc::detail::Reproduce parse_reproduce(const std::string& text) {
+  const auto digit = [&text](char c) {
+    const auto at = std::string("0123456789abcdef").find(c);
+    if (at == std::string::npos) throw std::invalid_argument("not a reproduce string: " + text);
+    return static_cast<std::uint8_t>(at);
+  };
+  if (text.empty() || text.size() % 2 != 0) {
+    throw std::invalid_argument("not a reproduce string: " + text);
+  }
+  std::vector<std::uint8_t> bytes;
+  for (std::size_t i = 0; i < text.size(); i += 2) {
+    bytes.push_back(static_cast<std::uint8_t>(digit(text[i]) << 4 | digit(text[i + 1])));
+  }
+  rc::detail::Reproduce reproduce;
+  try {
+    if (rc::detail::deserialize(bytes.begin(), bytes.end(), reproduce) != bytes.end()) {
+      throw std::invalid_argument("not a reproduce string: " + text);
+    }
+  } catch (const rc::detail::SerializationException&) {
+    throw std::invalid_argument("not a reproduce string: " + text);
+  }
+  return reproduce;
+}
+
+void showValue(const Fault& fault, std::ostream& out) {
+  std::ostringstream line;
+  write_fault_schedule(line, {fault});
+  std::string text = line.str();
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  out << text;
+}
+
+}  // namespace ibev::campaign

@@ -1,0 +1,118 @@
+// Fault schedules for the fault campaign (issue #50), generated and shrunk
+// with RapidCheck: valid by construction, over the faults the devices under
+// test can take.
+//
+// A schedule is a run of episodes, one after the other, each after a gap:
+// a port flap (port-down, then port-up after a short or a long outage), a
+// gid-change, a device removed and added back over its netdev, a qp-fatal.
+// So a port-up always follows its port-down, an add the remove of its
+// device, and a device is never acted on while it is removed. A qp-fatal
+// names no QP of its own (number 0): the runner injects it into the
+// workload's QP of the moment, whose number a schedule cannot know.
+//
+// Shrinking (RapidCheck's, of the episode list and each episode's numbers)
+// drops episodes and shortens gaps and outages toward their lower bounds:
+// a failure shrinks to fewer, quicker faults.
+//
+// Thread-safety: values and generators only; any thread.
+#ifndef IBEV_TESTS_CAMPAIGN_SCHEDULE_GEN_H_
+#define IBEV_TESTS_CAMPAIGN_SCHEDULE_GEN_H_
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ibev/formats/fault_schedule.h>
+#include <rapidcheck.h>
+#include <rapidcheck/detail/Configuration.h>
+#include <rapidcheck/detail/TestListener.h>
+
+namespace ibev::campaign {
+
+// A device the faults may act on: its port, and the netdev it is re-added
+// over.
+struct Target {
+  std::string device;
+  std::string netdev;
+  std::uint32_t port = 1;
+};
+
+// What a schedule may hold, and its bounds (ms, both ends included).
+struct Bounds {
+  std::size_t max_episodes = 4;
+  std::chrono::milliseconds min_gap{0}, max_gap{1000};  // before each episode
+  std::chrono::milliseconds short_outage_min{50}, short_outage_max{500};
+  std::chrono::milliseconds long_outage_min{1000}, long_outage_max{3000};
+  bool gid_change = true;
+  bool qp_fatal = true;
+  bool remove = false;  // a device removed and added back
+};
+
+// Schedules over `targets` (not empty) within `bounds`.
+rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds);
+
+// Empty when `faults` is a schedule `schedules(targets, bounds)` could have
+// made, else why not: what the runner's --schedule mode checks of a file, and
+// what the generator's test checks of each schedule it makes.
+std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>& targets,
+                    const Bounds& bounds);
+
+// A RapidCheck run that prints nothing of its own (the campaign says what
+// it found) and counts what it did: cases run, shrinks tried and taken.
+class Counting : public rc::detail::TestListener {
+ public:
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override { ++cases; }
+  void onShrinkTried(const rc::detail::CaseDescription&, bool accepted) override {
+    ++shrinks_tried;
+    shrinks_taken += accepted ? 1 : 0;
+  }
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+
+  int cases = 0;
+  int shrinks_tried = 0;
+  int shrinks_taken = 0;
+};
+
+// What reproduce_string() wrote; throws std::invalid_argument for anything
+// else.
+rc::detail::Reproduce parse_reproduce(const std::string& text);
+
+// Runs `property` for `cases` cases from `seed` (sizes up to 100), or, when
+// `reproduce` is not empty (a string reproduce_string() gave), the one case
+// it names, shrunk as it was. Bounded: the cases, and shrinking by the
+// property (a runner stops failing past its budget).
+template <typename Property>
+rc::detail::TestResult check(Property&& property, std::uint64_t seed, int cases,
+                             Counting& listener, const std::string& reproduce = "") {
+  rc::detail::TestParams params;
+  params.seed = seed;
+  params.maxSuccess = cases;
+  rc::detail::TestMetadata metadata;
+  metadata.id = "campaign";
+  metadata.description = "fault campaign";
+  return rc::detail::checkProperty(
+      rc::detail::toProperty(std::forward<Property>(property)), metadata, params, listener,
+      reproduce.empty() ? std::unordered_map<std::string, rc::detail::Reproduce>{}
+                        : std::unordered_map<std::string, rc::detail::Reproduce>{
+                              {metadata.id, parse_reproduce(reproduce)}});
+}
+
+// What reproduces a failure of check() (RapidCheck's own record of it, in
+// hex): pass it back as `reproduce`, with the same property.
+std::string reproduce_string(const rc::detail::FailureResult& failure);
+
+// For RapidCheck's counterexamples: the fault as a schedule's line.
+void showValue(const Fault& fault, std::ostream& out);
+
+}  // namespace ibev::campaign
+
+namespace ibev {
+// Found by argument-dependent lookup of Fault's namespace.
+inline void showValue(const Fault& fault, std::ostream& out) { campaign::showValue(fault, out); }
+}  // namespace ibev
+
+#endif  // IBEV_TESTS_CAMPAIGN_SCHEDULE_GEN_H_

@@ -1,0 +1,177 @@
+// The fault campaign's schedules (tests/campaign/schedule_gen.h): every one
+// generated is valid and reads back from its file; one seed makes the same
+// schedules; every fault comes up; a failure shrinks to the least schedule
+// that fails (one short flap, its gap and outage at their lowest); a file
+// that is no such schedule is told apart.
+#define BOOST_TEST_MODULE ibev_campaign_schedule_gen
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <rapidcheck/boost_test.h>
+
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/campaign/schedule_gen.h"
+
+using ibev::Fault;
+using namespace ibev::campaign;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<Target> kTargets{{"rxe0", "d0", 1}, {"rxe1", "v1", 1}};
+
+Bounds all_faults() {
+  Bounds bounds;
+  bounds.remove = true;
+  return bounds;
+}
+
+std::string text(const std::vector<Fault>& faults) {
+  std::ostringstream out;
+  ibev::write_fault_schedule(out, faults);
+  return out.str();
+}
+
+template <typename Property>
+rc::detail::TestResult run(Property property, std::uint64_t seed, int cases) {
+  Counting listener;
+  return check(property, seed, cases, listener);
+}
+
+}  // namespace
+
+RC_BOOST_PROP(every_schedule_is_valid_and_reads_back_from_its_file, ()) {
+  const auto faults = *schedules(kTargets, all_faults());
+  RC_ASSERT(invalid(faults, kTargets, all_faults()) == "");
+  std::istringstream in(text(faults));
+  const auto back = ibev::read_fault_schedule(in, "generated");
+  RC_ASSERT(text(back) == text(faults));
+}
+
+// A campaign's seed is its reproduction: the same seed, the same schedules.
+BOOST_AUTO_TEST_CASE(one_seed_makes_the_same_schedules) {
+  const auto made = [](std::uint64_t seed) {
+    std::vector<std::string> texts;
+    run([&texts] { texts.push_back(text(*schedules(kTargets, all_faults()))); }, seed, 20);
+    return texts;
+  };
+  const auto first = made(7);
+  BOOST_TEST(first.size() == 20u);
+  BOOST_TEST(first == made(7), boost::test_tools::per_element());
+  BOOST_TEST(first != made(8));
+}
+
+// Every kind of fault, on every target, and schedules of every length up to
+// the bound: a generator that never made one would leave it untested.
+BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
+  std::set<std::string> seen;
+  std::set<std::size_t> lengths;
+  bool long_flap = false;
+  const Bounds bounds = all_faults();
+  run(
+      [&] {
+        const auto faults = *schedules(kTargets, bounds);
+        std::size_t episodes = 0;
+        for (std::size_t i = 0; i < faults.size(); ++i, ++episodes) {
+          seen.insert(std::string(ibev::to_string(faults[i].kind)) + " " + faults[i].device);
+          if (faults[i].kind == Fault::Kind::kPortDown) {
+            long_flap |= faults[i + 1].at - faults[i].at >= bounds.long_outage_min;
+          }
+          if (faults[i].kind == Fault::Kind::kPortDown || faults[i].kind == Fault::Kind::kRemove) {
+            ++i;
+            seen.insert(std::string(ibev::to_string(faults[i].kind)) + " " + faults[i].device);
+          }
+        }
+        lengths.insert(episodes);
+      },
+      1, 300);
+  for (const char* device : {"rxe0", "rxe1"}) {
+    for (const char* kind : {"port-down", "port-up", "gid-change", "qp-fatal", "remove", "add"}) {
+      BOOST_TEST(seen.count(std::string(kind) + " " + device) == 1u, kind << " " << device);
+    }
+  }
+  BOOST_TEST(long_flap);
+  for (std::size_t n = 0; n <= bounds.max_episodes; ++n) BOOST_TEST(lengths.count(n) == 1u, n);
+  BOOST_TEST(*lengths.rbegin() == bounds.max_episodes);
+}
+
+// A property that fails whenever a port goes down (as a recovery bug would
+// show only across a flap): RapidCheck finds it and shrinks the schedule to
+// one flap of the first target, its gap and outage at their lowest. The
+// last failing schedule the property saw is the shrunk one.
+BOOST_AUTO_TEST_CASE(a_failure_shrinks_to_the_least_schedule_that_fails) {
+  Bounds bounds = all_faults();
+  bounds.min_gap = 20ms;
+  std::vector<Fault> last_failing;
+  int runs = 0;
+  const auto result = run(
+      [&] {
+        ++runs;
+        const auto faults = *schedules(kTargets, bounds);
+        for (const Fault& fault : faults) {
+          if (fault.kind == Fault::Kind::kPortDown) {
+            last_failing = faults;
+            RC_FAIL("a port went down");
+          }
+        }
+      },
+      3, 100);
+  BOOST_REQUIRE(result.is<rc::detail::FailureResult>());
+  BOOST_TEST(text(last_failing) == "20ms port-down rxe0 1\n70ms port-up rxe0 1\n");
+  BOOST_TEST_MESSAGE("found and shrunk in " << runs << " runs");
+
+  // Its reproduce string runs that case again, and shrinks it the same way,
+  // with no search.
+  const std::vector<Fault> shrunk = last_failing;
+  last_failing.clear();
+  runs = 0;
+  Counting listener;
+  const auto again = check(
+      [&] {
+        ++runs;
+        const auto faults = *schedules(kTargets, bounds);
+        for (const Fault& fault : faults) {
+          if (fault.kind == Fault::Kind::kPortDown) {
+            last_failing = faults;
+            RC_FAIL("a port went down");
+          }
+        }
+      },
+      0, 100, listener, reproduce_string(result.get<rc::detail::FailureResult>()));
+  BOOST_REQUIRE(again.is<rc::detail::FailureResult>());
+  BOOST_TEST(text(last_failing) == text(shrunk));
+  BOOST_TEST_MESSAGE("reproduced in " << runs << " runs (the shrink path's)");
+}
+
+namespace {
+struct Bad {
+  const char* schedule;
+  const char* why;
+};
+std::ostream& operator<<(std::ostream& out, const Bad& b) { return out << b.schedule; }
+const Bad kBad[] = {
+    {"0s port-up rxe0 1\n", "fault 1: a port-up with nothing before it"},
+    {"0s port-down rxe0 1\n", "fault 1: not followed by its port-up"},
+    {"0s port-down rxe0 1\n0.1s port-up rxe1 1\n", "not followed by its port-up"},
+    {"0s port-down rxe0 1\n0.7s port-up rxe0 1\n", "its outage is out of bounds"},
+    {"0s remove rxe0\n0.1s add rxe0 v1\n", "not followed by its add"},
+    {"2s gid-change rxe0 1\n", "fault 1: its gap is out of bounds"},
+    {"0s gid-change rxe0 2\n", "not the target's port"},
+    {"0s qp-fatal rxe0 0x11\n", "a qp-fatal names the workload's QP: 0"},
+    {"0s gid-change rxe2 1\n", "rxe2 is no target"},
+    {"0.5ms gid-change rxe0 1\n", "not a whole ms"},
+    {"0s qp-fatal rxe0 0\n0s qp-fatal rxe0 0\n0s qp-fatal rxe0 0\n0s qp-fatal rxe0 0\n"
+     "0s qp-fatal rxe0 0\n",
+     "more than 4 episodes"},
+};
+}  // namespace
+
+BOOST_DATA_TEST_CASE(a_schedule_it_could_not_make_is_told_apart, boost::unit_test::data::make(kBad),
+                     b) {
+  std::istringstream in(b.schedule);
+  const auto why = invalid(ibev::read_fault_schedule(in, "bad"), kTargets, all_faults());
+  BOOST_TEST(why.find(b.why) != std::string::npos, why);
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The long fault campaign (issue #50): the runner
+# (tests/softroce:campaign_test_bin) for seeds FIRST.. FIRST+COUNT-1, CASES
+# schedules each, in one soft-RoCE VM (tools/softroce/softroce_run.sh),
+# nice'd; prints each seed's line and the totals: schedules, faults,
+# invariant checks, violations (each with its seed, reproduce string and
+# shrunk schedule file), duration. docs/reliability.md keeps the figures.
+#
+#   tools/campaign.sh [FIRST [COUNT [CASES]]]     (defaults 100 10 10)
+#
+# The VM's timeout grows with the run (about 8 s a schedule under TCG, at
+# most); run it holding /tmp/ibev-vm.lock where others share the machine.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+first=${1:-100}
+count=${2:-10}
+cases=${3:-10}
+cd "$root"
+bazel build //tests/softroce:campaign_test_bin >&2
+binary=$(readlink -f bazel-bin/tests/softroce/campaign_test_bin)
+args=()
+for ((seed = first; seed < first + count; seed++)); do args+=(--seed "$seed"); done
+log=$(mktemp "${TMPDIR:-/tmp}/ibev-campaign.XXXXXX")
+trap 'rm -f "$log"' EXIT
+started=$(date +%s)
+status=0
+IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_run.sh -- \
+  "$binary" --log_level=message --run_test=every_schedule_keeps_the_invariants -- \
+  "${args[@]}" --cases "$cases" >"$log" 2>&1 || status=$?
+ended=$(date +%s)
+grep -E '^campaign seed|^  reproduce|^  shrunk' "$log" || true
+awk -v s=$((ended - started)) -v status="$status" '
+  /^campaign seed [0-9]+: [0-9]+ schedules/ {
+    n++; sched += $4; faults += $6; checks += $8; viol += $11
+  }
+  END {
+    printf "campaign: %d seeds, %d schedules, %d faults, %d invariant checks, %d violations, %d s (exit %d)\n",
+      n, sched, faults, checks, viol, s, status
+  }' "$log"
+exit "$status"

@@ -413,7 +413,8 @@ int ibev_qp_connect(ibev_qp *qp, const struct ibev_rc_endpoint *remote,
 // (a QP on an SRQ: its send queue, then QP_LAST_WQE_REACHED). Not on the
 // dispatching thread (EINVAL): it delivers what the drain waits for. Not
 // for a QP on an IBEV_CQ_POLLED CQ (EINVAL: the C++ API's drain polls it).
-// ETIMEDOUT after `timeout_ms` (0: 5000) per queue.
+// ETIMEDOUT after `timeout_ms` (0: 5000) per queue; a negative one is
+// EINVAL.
 struct ibev_drain_report {
   int send_drained;
   int receive_drained;

@@ -313,6 +313,10 @@ int ibev_qp_connect(ibev_qp* qp, const ibev_rc_endpoint* remote, const ibev_conn
 
 int ibev_qp_drain(ibev_qp* qp, int timeout_ms, ibev_drain_report* report) {
   return status_call("ibev_qp_drain", [&] {
+    if (timeout_ms < 0) {
+      throw std::invalid_argument("timeout_ms is " + std::to_string(timeout_ms) +
+                                  "; it must be 0 (5000) or above");
+    }
     ibev::DrainOptions options;
     if (timeout_ms != 0) options.timeout = std::chrono::milliseconds(timeout_ms);
     const ibev::DrainReport drained = require(qp, "qp").ref->drain(options);

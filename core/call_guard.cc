@@ -77,6 +77,8 @@ bool CallGuard::running_here() const noexcept {
   return std::find(stack.begin(), stack.end(), this) != stack.end();
 }
 
+bool CallGuard::inside_any() noexcept { return !entered_here().empty(); }
+
 void CallGuard::wait_idle() noexcept {
   const auto& stack = entered_here();
   const auto own =

@@ -56,6 +56,10 @@ class CallGuard {
   void wait_idle() noexcept;
   // Whether this thread is inside a call (it entered and has not left).
   bool running_here() const noexcept;
+  // Whether this thread is inside a call of any guard: a handler ibev runs
+  // (inline or on an executor), which a release on another thread may be
+  // waiting for.
+  static bool inside_any() noexcept;
 
  private:
   bool try_enter() noexcept;

@@ -44,18 +44,17 @@ class BroadcastList {
 
   // The slot holds its subscriber weakly: once the handle is released (and
   // no snapshot holds it), the callback and its captures are gone, although
-  // Signals2 frees a disconnected slot only later.
+  // Signals2 frees a disconnected slot only later. The handle's block is
+  // made first: if that throws, nothing is connected (a slot connected for
+  // a call that threw would stay in the signal for good).
   Handle add(std::shared_ptr<Sub> subscriber) {
-    auto connection = signal_->connect([weak = std::weak_ptr<Sub>(subscriber)](List& out) {
-      auto live = weak.lock();
-      if (live && !live->guard.closed()) out.push_back(std::move(live));
-    });
-    return subscription(std::move(subscriber),
-                        [connection, process = process_](const Sub*) mutable {
-                          if (process.inherited()) return false;  // the signal's lock may be held
-                          connection.disconnect();
-                          return true;
-                        });
+    auto slot = std::make_shared<Slot>(std::move(subscriber), process_);
+    slot->connection =
+        signal_->connect([weak = std::weak_ptr<Sub>(slot->subscriber)](List& out) {
+          auto live = weak.lock();
+          if (live && !live->guard.closed()) out.push_back(std::move(live));
+        });
+    return Handle(std::shared_ptr<Registration>(std::move(slot)));
   }
 
   // Who is subscribed now, not released, in registration order.
@@ -68,6 +67,22 @@ class BroadcastList {
 
  private:
   using Signal = boost::signals2::signal<void(List&)>;
+  // One subscription: its release is unsubscribe() (core/route.h), which
+  // disconnects it.
+  struct Slot final : Registration {
+    Slot(std::shared_ptr<Sub> subscriber, OwningProcess process) noexcept
+        : subscriber(std::move(subscriber)), process(std::move(process)) {}
+    void release() noexcept override {
+      unsubscribe(*subscriber, [this](const Sub*) {
+        if (process.inherited()) return false;  // the signal's lock may be held
+        connection.disconnect();
+        return true;
+      });
+    }
+    const std::shared_ptr<Sub> subscriber;
+    const OwningProcess process;
+    boost::signals2::connection connection;  // set once connected
+  };
   // Held by pointer: a Signals2 signal cannot move, and the lists that hold
   // a BroadcastList (a device's state) are made once and shared.
   std::unique_ptr<Signal> signal_ = std::make_unique<Signal>();

@@ -147,6 +147,9 @@ Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* 
   if (device == nullptr) {
     throw std::invalid_argument("Dispatcher::watch_async_events: the device is null");
   }
+  // Allocated first: the source never joins without the Handle that takes
+  // it out.
+  auto pending = Reactor::prepare_handle(reactor);
   std::shared_ptr<AsyncEventSource> source;
   {
     MutexLock lock(reactor->mutex());
@@ -158,7 +161,7 @@ Handle watch_async_events(const std::shared_ptr<Reactor>& reactor, ibv_context* 
         *reactor, device, make_nonblocking(device->async_fd), std::move(deliver));
     reactor->add_locked(source);
   }
-  Handle handle = Reactor::handle_for(reactor, source->id());
+  Handle handle = std::move(pending).joined(source->id());
   if (tracker != nullptr && device->device != nullptr) {
     source->tracked_by(tracker->track(
         device->device->dev_name,

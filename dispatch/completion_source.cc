@@ -255,17 +255,21 @@ Handle CqEntry::take(std::uint32_t qp_num, std::uint64_t wr_id,
                      std::function<void(const ibv_wc&)> taken) {
   auto taker = std::make_shared<Taker>(std::move(taken), OneWorkRequest{qp_num, wr_id});
   std::call_once(takers_made_, [this] { takers_ = std::make_unique<Takers>(); });
-  {
-    MutexLock lock(takers_->mutex);
-    takers_->waiting.push_back(taker);
-    ++takers_armed_;
-  }
-  return subscription(std::move(taker), [weak = self_, process = OwningProcess{}](
-                                             const Taker* taker) noexcept {
+  // The handle first: if making it throws, the taker waits for nothing (a
+  // marker it would take, and a `taken` that would run, for a call that
+  // threw); if waiting for it throws, the handle's release forgets it.
+  Handle handle = subscription(taker, [weak = self_, process = OwningProcess{}](
+                                          const Taker* taker) noexcept {
     if (process.inherited()) return false;  // the takers' lock may be held
     if (auto self = weak.lock()) self->forget(*taker);
     return true;
   });
+  {
+    MutexLock lock(takers_->mutex);
+    takers_->waiting.push_back(std::move(taker));
+    ++takers_armed_;
+  }
+  return handle;
 }
 
 // Moves the completions a Taker waits for out of `wcs` (each Taker takes

@@ -50,7 +50,10 @@
 // returned: a call on another thread that reaches the Dispatcher (making a
 // CQ, a drain, Device::dispatcher()) must not race its destruction. Its
 // destructor stops it; every fd still watched gets its flags back, and tasks
-// or injected events never dispatched are reported.
+// or injected events never dispatched are reported. What it would have run
+// is destroyed then, on the destroying thread (a handler, a timer's task,
+// call_every's tasks): a task that holds its own Handle does not keep
+// itself alive past the Dispatcher.
 // From inside one of its own handlers it does not wait for the thread (which
 // cannot join itself), but it has let go of every watched fd when it
 // returns: the thread then only returns from that handler, touching no fd
@@ -264,9 +267,9 @@ class Dispatcher {
   // within `period` from now, at its group's next expiry. Periods the loop
   // was too busy to see run it once, not once each; on an executor, a run
   // not yet run there is not handed again (an executor that takes a run and
-  // drops it unrun stops the task). Releasing the last task of a period
-  // waits for a tick in progress, which runs that period's other tasks: do
-  // not release it holding a lock any of them takes. Throws
+  // drops it unrun stops the task). A release waits for its own task only
+  // (the wait rule), never for the period's other tasks, nor for a tick in
+  // progress on another thread. Throws
   // std::invalid_argument (a period not above zero, empty task) or what
   // call_after throws.
   Handle call_every(std::chrono::milliseconds period, Task task, Executor executor = {});

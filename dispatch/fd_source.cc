@@ -16,12 +16,14 @@
 #include <unistd.h>
 #include <sys/epoll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <ibev/core/route.h>
 #include <ibev/core/subscriber_lists.h>
@@ -98,8 +100,12 @@ class FdSource final : public Source, public std::enable_shared_from_this<FdSour
 
 }  // namespace
 
-Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t events,
-                FdHandler handler, Executor executor) {
+namespace {
+
+// watch_fd, and what timers need besides: `wait`, whether the release waits
+// for a call of the handler in progress (Reactor::prepare_handle).
+Handle watch(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t events,
+             FdHandler handler, Executor executor, bool wait) {
   const std::string verb = "Dispatcher::watch_fd";
   if (fd < 0) throw std::invalid_argument(verb + ": the fd is negative");
   if (events == 0) throw std::invalid_argument(verb + ": no events to wait for");
@@ -110,22 +116,25 @@ Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t e
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0) throw_system_error("fcntl(F_GETFL)", errno);
-  std::uint64_t id;
-  {
-    MutexLock lock(reactor->mutex());
-    if (reactor->find_fd_locked(fd)) {
-      throw std::invalid_argument(verb + ": the fd is watched already");
-    }
-    auto source = std::make_shared<FdSource>(reactor, fd, flags, events, std::move(handler),
-                                             std::move(executor));
-    reactor->add_locked(source);
-    id = source->id();
+  auto handle = Reactor::prepare_handle(reactor, wait);
+  MutexLock lock(reactor->mutex());
+  if (reactor->find_fd_locked(fd)) {
+    throw std::invalid_argument(verb + ": the fd is watched already");
   }
-  return Reactor::handle_for(reactor, id);
+  auto source = std::make_shared<FdSource>(reactor, fd, flags, events, std::move(handler),
+                                           std::move(executor));
+  reactor->add_locked(source);
+  return std::move(handle).joined(source->id());
 }
 
-// A one-shot timerfd served as an application fd: read, then `task`, once.
-// The handle's release also closes the timer's fd, after its watch.
+}  // namespace
+
+Handle watch_fd(const std::shared_ptr<Reactor>& reactor, int fd, std::uint32_t events,
+                FdHandler handler, Executor executor) {
+  return watch(reactor, fd, events, std::move(handler), std::move(executor), true);
+}
+
+// Timers: timerfds served as application fds, read, then the task run.
 namespace {
 
 timespec to_timespec(std::chrono::milliseconds duration) {
@@ -137,34 +146,49 @@ timespec to_timespec(std::chrono::milliseconds duration) {
 
 // A timerfd in the loop: first `delay` from now, then every `period` (zero:
 // once). Expirations the loop was too busy to see run the task once.
+// `wait`: whether the release waits for a run of `task` in progress (it then
+// closes the timer's fd before it returns); without, the fd is its
+// source's, closed as that goes (when a run in progress ends). Everything
+// is allocated before the watch begins: when it throws, nothing is watched
+// and no fd stays open.
+struct WaitingTimer final : Registration {
+  explicit WaitingTimer(int fd) noexcept : fd(fd) {}
+  // The watch first: the fd closes when this goes, right after.
+  void release() noexcept override { watch.release(); }
+  const FileDescriptor fd;
+  Handle watch;  // released before `fd` closes
+};
+
 Handle timer(const std::shared_ptr<Reactor>& reactor, std::chrono::milliseconds delay,
-             std::chrono::milliseconds period, Task task, Executor executor) {
-  const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (timer < 0) throw_system_error("timerfd_create", errno);
+             std::chrono::milliseconds period, Task task, Executor executor, bool wait) {
+  std::shared_ptr<WaitingTimer> waiting;
+  std::shared_ptr<FileDescriptor> detached;
+  const int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0) throw_system_error("timerfd_create", errno);
+  try {
+    if (wait) {
+      waiting = std::make_shared<WaitingTimer>(fd);
+    } else {
+      detached = std::make_shared<FileDescriptor>(fd);
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   itimerspec when{};
   when.it_value = to_timespec(delay);
   if (period.count() > 0) when.it_interval = to_timespec(period);
-  Handle watch;
-  try {
-    if (::timerfd_settime(timer, 0, &when, nullptr) != 0) {
-      throw_system_error("timerfd_settime", errno);
-    }
-    watch = watch_fd(
-        reactor, timer, EPOLLIN,
-        [timer, task = std::move(task)](std::uint32_t) {
-          std::uint64_t expirations;
-          if (::read(timer, &expirations, sizeof expirations) > 0) task();
-        },
-        std::move(executor));
-  } catch (...) {
-    ::close(timer);
-    throw;
-  }
-  auto held = std::make_shared<Handle>(std::move(watch));
-  return Handle([held, timer]() noexcept {
-    held->release();
-    ::close(timer);
-  });
+  if (::timerfd_settime(fd, 0, &when, nullptr) != 0) throw_system_error("timerfd_settime", errno);
+  Handle watched = watch(
+      reactor, fd, EPOLLIN,
+      [fd, task = std::move(task), detached](std::uint32_t) {
+        std::uint64_t expirations;
+        if (::read(fd, &expirations, sizeof expirations) > 0) task();
+      },
+      std::move(executor), wait);
+  if (!wait) return watched;
+  waiting->watch = std::move(watched);
+  return Handle(std::shared_ptr<Registration>(std::move(waiting)));
 }
 
 }  // namespace
@@ -173,7 +197,8 @@ Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
                   Task task, Executor executor) {
   if (delay.count() < 0) throw std::invalid_argument("Dispatcher::call_after: negative delay");
   if (!task) throw std::invalid_argument("Dispatcher::call_after: the task is empty");
-  return timer(reactor, delay, std::chrono::milliseconds{0}, std::move(task), std::move(executor));
+  return timer(reactor, delay, std::chrono::milliseconds{0}, std::move(task), std::move(executor),
+               true);
 }
 
 // call_every: the tasks of one period share one timerfd, a PeriodicGroup,
@@ -186,10 +211,14 @@ Handle call_after(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
 // One tick serves the whole group in one turn, as one source.
 //
 // A group lives while a task of it is subscribed: the last release takes
-// its timer out and releases it, closing the timerfd before it returns (a
-// tick being served meanwhile holds the group, dead, for that tick only);
-// a dead group is never joined. The timer's callback holds the group
-// weakly.
+// its timer out of the loop and returns without waiting for a tick being
+// served on another thread. That tick holds the group, dead, and the
+// timerfd, for that tick only, and runs none of its tasks: each release
+// waited for its own task already (the wait rule), or was made by that
+// task itself. Waiting for the tick would wait for the other tasks it runs:
+// a task that released its own handle and goes on to take a lock the last
+// releasing thread holds would deadlock it. A dead group is never joined.
+// The timer's callback holds the group weakly.
 
 // One run of a task at a time: a tick that finds its last run still waiting
 // for (or running on) its executor passes it by, as the loop's own late
@@ -202,13 +231,69 @@ struct OneRunAtATime {
 };
 using PeriodicTask = Subscriber<std::uint64_t, OneRunAtATime>;
 
+// A member's task, held apart from its subscription so that the
+// Dispatcher's end can drop it (end_periodic_tasks): a task that owns its
+// own handle (captures it) would otherwise keep itself, that handle and its
+// group alive for good, with nothing left to release them. A run holds the
+// task it runs, so dropping it never pulls it from under a run.
+struct PeriodicMember {
+  explicit PeriodicMember(Task task) : task(std::make_shared<const Task>(std::move(task))) {}
+  std::shared_ptr<const Task> current() {
+    MutexLock lock(mutex);
+    return task;
+  }
+  Mutex mutex;  // a leaf: after its group's
+  std::shared_ptr<const Task> task IBEV_GUARDED_BY(mutex);
+};
+
 struct PeriodicGroup {
   BroadcastList<PeriodicTask> tasks;
   Mutex mutex;  // after the reactor's periodic_mutex
   std::size_t members IBEV_GUARDED_BY(mutex) = 0;
   bool dead IBEV_GUARDED_BY(mutex) = false;
   Handle timer IBEV_GUARDED_BY(mutex);
+  // Its members' tasks, for end_periodic_tasks; those gone are pruned as
+  // members join.
+  std::vector<std::weak_ptr<PeriodicMember>> member_tasks IBEV_GUARDED_BY(mutex);
+  // Takes `member` in; throws std::bad_alloc before changing anything.
+  void join(const std::shared_ptr<PeriodicMember>& member) IBEV_REQUIRES(mutex) {
+    member_tasks.erase(std::remove_if(member_tasks.begin(), member_tasks.end(),
+                                      [](const auto& weak) { return weak.expired(); }),
+                       member_tasks.end());
+    member_tasks.push_back(member);
+    ++members;
+  }
 };
+
+void end_periodic_tasks(Reactor& reactor) noexcept {
+  // Destroyed last, outside every lock: a task's captures may release
+  // handles, whose release takes these locks.
+  std::vector<std::shared_ptr<PeriodicGroup>> groups;
+  std::vector<std::shared_ptr<const Task>> dropped;
+  try {
+    {
+      MutexLock lock(reactor.periodic_mutex);
+      for (auto& entry : reactor.periodic_groups) {
+        if (auto group = entry.second.lock()) groups.push_back(std::move(group));
+      }
+    }
+    for (const auto& group : groups) {
+      std::vector<std::weak_ptr<PeriodicMember>> members;
+      {
+        MutexLock lock(group->mutex);
+        members.swap(group->member_tasks);
+      }
+      for (const auto& weak : members) {
+        if (auto member = weak.lock()) {
+          MutexLock lock(member->mutex);
+          dropped.push_back(std::move(member->task));
+        }
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    // The tasks not listed stay with their handles, as they would have.
+  }
+}
 
 namespace {
 
@@ -246,15 +331,17 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
       }
     };
   }
+  auto member = std::make_shared<PeriodicMember>(std::move(task));
   auto subscriber = std::make_shared<PeriodicTask>(
-      [task = std::move(task), running = once.running,
+      [member, running = once.running,
        weak_reactor = std::weak_ptr<Reactor>(reactor)](std::uint64_t) {
         struct Done {
           std::atomic<bool>& running;
           ~Done() { running = false; }
         } done{*running};
         auto live = weak_reactor.lock();
-        if (live && !live->shut.load()) task();
+        if (!live || live->shut.load()) return;
+        if (const auto task = member->current()) (*task)();
       },
       once, std::move(executor));
   std::shared_ptr<PeriodicGroup> group;
@@ -271,7 +358,7 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
       if (group->dead) {
         stale = std::move(group);
       } else {
-        ++group->members;
+        group->join(member);
       }
     }
     if (!group) {
@@ -280,17 +367,17 @@ Handle call_every(const std::shared_ptr<Reactor>& reactor, std::chrono::millisec
           reactor, period, period,
           [weak = std::weak_ptr<PeriodicGroup>(group),
            weak_reactor = std::weak_ptr<Reactor>(reactor)] { serve_group(weak, weak_reactor); },
-          {});
+          {}, false);
       // Nobody else sees the group yet; the lock is for the analysis. Taken
       // after timer(), which takes the table's.
       MutexLock members(group->mutex);
-      group->members = 1;
+      group->join(member);
       group->timer = std::move(ticks);
       slot = group;
     }
   }
   // Leaves the group: the last member stops its timer, released outside
-  // every lock (it waits for a tick being served on another thread).
+  // every lock (it takes the table's).
   auto leave = [](const std::shared_ptr<PeriodicGroup>& group) noexcept {
     Handle timer;
     {

@@ -36,6 +36,7 @@
 namespace ibev::detail {
 
 void (*test_seams::before_source_read)(int) = nullptr;
+void (*test_seams::before_handle_allocated)() = nullptr;
 
 namespace {
 constexpr std::uint64_t kWakeupId = 0;
@@ -151,15 +152,31 @@ std::shared_ptr<Source> Reactor::remove(std::uint64_t source_id) noexcept {
   return source;
 }
 
-Handle Reactor::handle_for(const std::shared_ptr<Reactor>& reactor,
-                           std::uint64_t source_id) {
-  return Handle([weak = std::weak_ptr<Reactor>(reactor), source_id,
-                 process = reactor->process_]() noexcept {
+struct Reactor::PendingHandle::Release final : Registration {
+  Release(const std::shared_ptr<Reactor>& reactor, bool wait) noexcept
+      : reactor(reactor), process(reactor->process_), wait(wait) {}
+  void release() noexcept override {
     if (process.inherited()) return;  // a forked child's copy: inert
-    if (auto self = weak.lock()) {
-      if (auto source = self->remove(source_id)) source->guard().wait_idle();
+    if (auto self = reactor.lock()) {
+      auto source = self->remove(source_id);
+      if (source && wait) source->guard().wait_idle();
     }
-  });
+  }
+  const std::weak_ptr<Reactor> reactor;
+  const OwningProcess process;
+  const bool wait;
+  std::uint64_t source_id = kWakeupId;  // no source's: set once it joined
+};
+
+Reactor::PendingHandle Reactor::prepare_handle(const std::shared_ptr<Reactor>& reactor,
+                                               bool wait) {
+  if (test_seams::before_handle_allocated != nullptr) test_seams::before_handle_allocated();
+  return PendingHandle(std::make_shared<PendingHandle::Release>(reactor, wait));
+}
+
+Handle Reactor::PendingHandle::joined(std::uint64_t source_id) && noexcept {
+  release_->source_id = source_id;
+  return Handle(std::shared_ptr<Registration>(std::move(release_)));
 }
 
 void Reactor::wake() noexcept {
@@ -278,6 +295,7 @@ void Reactor::shut_down() noexcept {
   retired.clear();
   never_run.clear();
   deferred.clear();
+  end_periodic_tasks(*this);
   report_never_run(never_run_count);
 }
 

@@ -32,6 +32,10 @@ namespace ibev::detail {
 IBEV_DECLARE_ATOMIC_STATS(AtomicDispatcherStats, DispatcherStats, IBEV_DISPATCHER_STATS);
 
 struct PeriodicGroup;  // fd_source.cc
+class Reactor;
+// The Dispatcher is gone: call_every's tasks are dropped (their captures
+// destroyed), on the destroying thread, outside every lock (fd_source.cc).
+void end_periodic_tasks(Reactor& reactor) noexcept;
 
 class FileDescriptor {
  public:
@@ -76,10 +80,29 @@ class Reactor {
   // report of a closed fd after it; returns the source (null if gone
   // already) for the caller to wait on, unless it is the caller.
   std::shared_ptr<Source> remove(std::uint64_t source_id) noexcept IBEV_EXCLUDES(mutex_);
-  // A Handle whose release takes the source out (table, epoll set, flags,
-  // in one critical section) and waits until the reactor is done with it.
-  static Handle handle_for(const std::shared_ptr<Reactor>& reactor,
-                           std::uint64_t source_id);
+  // A source's Handle, made in two steps so that no source is ever in the
+  // table without the Handle that takes it out: prepare_handle() allocates
+  // it (std::bad_alloc is then the one thing that can fail) before the
+  // source joins, joined() gives it the source's id after, and cannot
+  // throw. Its release takes the source out (table, epoll set, flags, in one
+  // critical section); with `wait`, it then waits until the reactor is done
+  // with it. Without, a serve in progress on another thread finishes on its
+  // own and the source (its handler and what that holds) goes with it: for
+  // a source whose release must not wait for its handler (call_every's
+  // group timer, fd_source.cc).
+  class PendingHandle {
+   public:
+    Handle joined(std::uint64_t source_id) && noexcept;
+
+   private:
+    friend class Reactor;
+    struct Release;
+    explicit PendingHandle(std::shared_ptr<Release> release) noexcept
+        : release_(std::move(release)) {}
+    std::shared_ptr<Release> release_;
+  };
+  static PendingHandle prepare_handle(const std::shared_ptr<Reactor>& reactor,
+                                      bool wait = true);
 
   // One turn; returns how many sources and deferred tasks it served.
   std::size_t run_turn(int timeout_ms) IBEV_EXCLUDES(mutex_);
@@ -97,7 +120,8 @@ class Reactor {
   std::int64_t turn_started_ns() const noexcept { return turn_started_ns_.load(); }
 
   // The Dispatcher is gone: every fd still watched gets its flags back
-  // (handles still held become inert), posted tasks never run are reported.
+  // (handles still held become inert), posted tasks never run are reported,
+  // call_every's tasks are dropped.
   // On the destroying thread, the dispatching one included (from a handler);
   // what it drops is destroyed outside every lock.
   void shut_down() noexcept IBEV_EXCLUDES(mutex_);

@@ -31,6 +31,12 @@ extern void (*adaptive_turn_drained)(ibv_cq* cq, std::uint64_t drained);
 // poll budget, was armed again: a test waits for it instead of sleeping.
 extern void (*adaptive_cq_armed)(ibv_cq* cq);
 
+// Called right before the reactor allocates the Handle of a source it is
+// about to watch (an application's fd, a timer, a device's async fd), on
+// the watching thread: a test throws std::bad_alloc there to check that a
+// failed allocation leaves nothing watched and no fd open.
+extern void (*before_handle_allocated)();
+
 }  // namespace ibev::detail::test_seams
 
 #endif  // IBEV_DISPATCH_TEST_SEAMS_H_

@@ -440,7 +440,8 @@ void bind_verbs(py::module_& m) {
           "timeout"_a = 5.0,
           "Moves the QP to ERR and waits (without the GIL, up to timeout seconds) until every "
           "request posted before has completed and the CQ's handler has had it; returns a "
-          "DrainReport. Not on the dispatching thread (RuntimeError).")
+          "DrainReport. Not on the dispatching thread (RuntimeError). A timeout of 0 (or below) "
+          "is a ValueError.")
       .def("close", &PyQueuePair::close,
            "Destroys the QP (waiting without the GIL for its handler).");
 

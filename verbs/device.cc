@@ -2,11 +2,15 @@
 // under it, `objects_mutex_` only to swap the list of objects out, never
 // across an object's close(). `ports_mutex_` is a leaf (the port cache).
 // close() runs each object's close() under `close_mutex_`, and that waits
-// for the object's handlers still running on other threads (an executor's):
-// such a handler must not call close() on this Device, or the two wait for
-// each other. From the dispatching thread, and from a handler inline on it,
-// close() is safe (a release does not wait for its own thread).
+// for the object's handlers still running on other threads (an executor's).
+// So a close() from inside a handler never waits for `close_mutex_`: if
+// another close() holds it, that one may be waiting for this very handler,
+// and it finishes the job. From the dispatching thread, and from a handler
+// inline on it, the objects' releases do not wait for their own thread.
 #include <ibev/verbs/device.h>
+
+#include <ibev/core/call_guard.h>
+#include <ibev/verbs/test_seams.h>
 
 #include <unistd.h>
 
@@ -18,6 +22,9 @@
 #include <utility>
 
 namespace ibev {
+
+void (*detail::test_seams::device_closing)(ibv_context*) = nullptr;
+
 namespace {
 
 using DeviceList = std::unique_ptr<ibv_device*, void (*)(ibv_device**)>;
@@ -214,7 +221,21 @@ void Device::close() noexcept {
     context_.close();
     return;
   }
-  detail::MutexLock closing(close_mutex_);
+  if (!close_mutex_.try_lock()) {
+    // Another close() is at work. From inside a handler, it may be waiting
+    // for this very call (an executor's: the handler's object's close waits
+    // for it): it closes everything, this returns.
+    if (detail::CallGuard::inside_any()) return;
+    close_mutex_.lock();
+  }
+  close_locked();
+  close_mutex_.unlock();
+}
+
+void Device::close_locked() noexcept {
+  if (detail::test_seams::device_closing != nullptr) {
+    detail::test_seams::device_closing(context_.get());
+  }
   std::vector<std::weak_ptr<detail::Closeable>> objects;
   {
     detail::MutexLock lock(objects_mutex_);

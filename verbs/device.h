@@ -115,6 +115,10 @@ class Device : public std::enable_shared_from_this<Device> {
   std::uint8_t port_count() const noexcept;
 
   // Closes everything made on the device, then the device. Idempotent.
+  // Called from inside a handler (inline or on an executor) while another
+  // close() is at work, it returns at once and leaves the rest to that one,
+  // which may be waiting for this very handler (it waits for the handlers
+  // of what it closes).
   void close() noexcept;
 
   // For the verbs/ wrappers: an object made on this device, for close().
@@ -133,6 +137,7 @@ class Device : public std::enable_shared_from_this<Device> {
   Device(Token, Dispatcher& dispatcher, ibv_context* context);
 
  private:
+  void close_locked() noexcept IBEV_REQUIRES(close_mutex_);
   // Every async event of the device reaches its handlers through here.
   void deliver(Delivery delivery);
   void refresh_port(std::uint8_t port) noexcept;

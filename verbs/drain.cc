@@ -188,6 +188,18 @@ bool poll_for_markers(std::vector<PolledMarker> markers, std::uint32_t qp_num,
 
 }  // namespace
 
+void check_drain_options(const DrainOptions& options, const char* verb) {
+  const auto check = [verb](std::chrono::milliseconds time, const char* field) {
+    if (time.count() <= 0) {
+      throw std::invalid_argument(std::string(verb) + ": DrainOptions::" + field + " is " +
+                                  std::to_string(time.count()) +
+                                  " ms; it must be above zero");
+    }
+  };
+  check(options.timeout, "timeout");
+  check(options.last_wqe_timeout, "last_wqe_timeout");
+}
+
 MarkerPoll start_drain(ibv_qp* qp, const QueuePairParents& parents, Dispatcher& events,
                        DrainedQueues queues, const DrainOptions& options, DrainDone done,
                        const std::function<void(const std::shared_ptr<Drain>&)>& track) {

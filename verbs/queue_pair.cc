@@ -183,6 +183,7 @@ void QueuePair::close() noexcept {
 void QueuePair::run_drain(const char* verb, detail::DrainedQueues queues,
                           const DrainOptions& options,
                           std::function<void(const DrainReport&, std::error_code)> done) {
+  detail::check_drain_options(options, verb);
   detail::MarkerPoll rest;
   std::shared_ptr<Drains> drains;
   {

@@ -102,6 +102,9 @@ struct QueuePairOptions {
   bool drain_on_destroy = false;
 };
 
+// Both times must be above zero (a drain refuses others with
+// std::invalid_argument before it touches the QP): a drain given no time
+// would move the QP to ERR only to time out.
 struct DrainOptions {
   // How long each marker's flush completion may take.
   std::chrono::milliseconds timeout{5000};
@@ -123,6 +126,10 @@ struct DrainReport {
 };
 
 namespace detail {
+// Throws std::invalid_argument, naming `verb` and the field, unless
+// `options` is one a drain takes (DrainOptions).
+void check_drain_options(const DrainOptions& options, const char* verb);
+
 // What a QP keeps alive of what it was made on (QueuePairOptions's), and
 // what a drain waits on: not the rest of its options, since a QueuePair is
 // made per connection.
@@ -225,7 +232,8 @@ class QueuePair : public detail::Closeable {
   // Block until drained; the QP is in ERR after. Throw std::logic_error on
   // the dispatching thread of a drained CQ that is not kPolled (it delivers
   // the marker; drain_async works there), std::invalid_argument (a UD QP,
-  // drain_receive on an SRQ's QP, a kPolled CQ without DrainOptions::polled),
+  // drain_receive on an SRQ's QP, a kPolled CQ without DrainOptions::polled,
+  // a DrainOptions time not above zero),
   // std::system_error (ETIMEDOUT after DrainOptions::timeout; the failing
   // verb).
   DrainReport drain(const DrainOptions& options = {});

@@ -13,6 +13,11 @@ namespace ibev::detail::test_seams {
 // QP under the drain's post.
 extern void (*before_drain_posts)(ibv_qp* qp);
 
+// Called by Device::close() once it holds its close lock, before it closes
+// what was made on the device, on the closing thread: where a second close()
+// from a handler that the first waits for once deadlocked.
+extern void (*device_closing)(ibv_context* context);
+
 }  // namespace ibev::detail::test_seams
 
 #endif  // IBEV_VERBS_TEST_SEAMS_H_

@@ -358,6 +358,13 @@ const BadCall kBadCalls[] = {
      }},
     {"a QP with no attributes", "ibev_qp_create", EINVAL, "attr is NULL",
      [](ibev_dispatcher*) { return made(ibev_qp_create(nullptr, nullptr, nullptr, nullptr)); }},
+    // Told before the QP is looked at: a negative time is wrong whatever
+    // the QP (once, it went to C++ and came back as a call_after's error).
+    {"a drain of a negative timeout", "ibev_qp_drain", EINVAL, "timeout_ms is -1",
+     [](ibev_dispatcher*) {
+       ibev_drain_report report{};
+       return ibev_qp_drain(nullptr, -1, &report);
+     }},
     {"a PD on no device", "ibev_pd_create", EINVAL, "device is NULL",
      [](ibev_dispatcher*) { return made(ibev_pd_create(nullptr)); }},
     {"device clients when devices are not watched", "ibev_clients_create", EINVAL,

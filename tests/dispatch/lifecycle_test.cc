@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -539,4 +540,171 @@ BOOST_AUTO_TEST_CASE(an_fd_closed_behind_the_dispatchers_back_is_reported) {
   BOOST_REQUIRE(errors.size() == 1u);
   BOOST_TEST(errors[0].find("was closed while the dispatcher watched it") != std::string::npos,
              errors[0]);
+}
+
+// --- call_every: the last release of a period, and tasks owning their handle
+
+// The last release of a period used to wait for the tick in progress, which
+// runs the period's other tasks: a task that released its own handle (which
+// returns at once) and went on to take a lock the thread releasing the
+// period's last handle held deadlocked that release. A release waits for its
+// own task only. The task's wait for the lock is bounded (10 s) so that the
+// old deadlock fails this case instead of hanging it (polled with try_lock:
+// TSan does not see std::timed_mutex's timed lock, pthread_mutex_clocklock).
+BOOST_AUTO_TEST_CASE(the_last_release_of_a_period_does_not_wait_for_a_task_that_released_itself) {
+  Dispatcher dispatcher;
+  dispatcher.start();
+  std::mutex application_lock;
+  std::promise<void> armed, released_itself, lock_held;
+  std::shared_future<void> handles_set = armed.get_future().share();
+  std::shared_future<void> releaser_holds = lock_held.get_future().share();
+  std::promise<bool> took_the_lock;
+  ibev::Handle first;
+  first = dispatcher.call_every(1ms, [&] {
+    handles_set.wait();
+    if (!first.active()) return;
+    first.release();  // its own: returns at once, the task goes on
+    released_itself.set_value();
+    releaser_holds.wait();
+    const bool took = eventually([&] { return application_lock.try_lock(); }, 10s, 1ms);
+    if (took) application_lock.unlock();
+    took_the_lock.set_value(took);
+  });
+  ibev::Handle last = dispatcher.call_every(1ms, [] {});  // the same period: one group
+  armed.set_value();
+  released_itself.get_future().wait();
+  std::thread releaser([&] {
+    std::lock_guard<std::mutex> hold(application_lock);
+    lock_held.set_value();
+    last.release();  // the period's last: stops its timer
+  });
+  BOOST_TEST(took_the_lock.get_future().get(),
+             "the last release waited for the tick whose task waited for its lock");
+  releaser.join();
+}
+
+// A task that holds its own handle (the self-rearming pattern, a keepalive
+// whose state owns its handle): once its Dispatcher is gone nothing can
+// release it. A call_every task used to keep itself, its handle and its
+// group alive for good (a leak LeakSanitizer reports); the Dispatcher's end
+// now drops every task it would have run.
+enum class OwnHandle { kCallAfter, kCallEvery, kCallEveryOnAnExecutor };
+std::ostream& operator<<(std::ostream& out, OwnHandle kind) {
+  switch (kind) {
+    case OwnHandle::kCallAfter: return out << "call_after";
+    case OwnHandle::kCallEvery: return out << "call_every";
+    case OwnHandle::kCallEveryOnAnExecutor: return out << "call_every on an executor";
+  }
+  return out;
+}
+const OwnHandle kOwnHandles[] = {OwnHandle::kCallAfter, OwnHandle::kCallEvery,
+                                 OwnHandle::kCallEveryOnAnExecutor};
+
+BOOST_DATA_TEST_CASE(a_task_holding_its_own_handle_goes_with_its_dispatcher,
+                     bdata::make(kOwnHandles) * bdata::make({false, true}), kind, started) {
+  struct State {
+    ibev::Handle handle;
+  };
+  auto captured = std::make_shared<int>(0);
+  const std::weak_ptr<int> seen = captured;
+  {
+    Dispatcher dispatcher;
+    auto state = std::make_shared<State>();
+    auto task = [state, captured] {};
+    switch (kind) {
+      case OwnHandle::kCallAfter:
+        state->handle = dispatcher.call_after(1h, task);
+        break;
+      case OwnHandle::kCallEvery:
+        state->handle = dispatcher.call_every(1h, task);
+        break;
+      case OwnHandle::kCallEveryOnAnExecutor:
+        state->handle = dispatcher.call_every(1h, task, [](ibev::Task run) { run(); });
+        break;
+    }
+    state.reset();  // the task is the only owner of its handle now
+    captured.reset();
+    if (started) dispatcher.start();
+  }
+  BOOST_TEST(seen.expired(), "the task's captures outlived its Dispatcher");
+}
+
+// --- a watch whose Handle cannot be allocated
+
+// This process's open fds.
+int open_fd_count() {
+  int n = 0;
+  if (DIR* fds = ::opendir("/proc/self/fd")) {
+    while (const dirent* entry = ::readdir(fds)) n += entry->d_name[0] != '.' ? 1 : 0;
+    ::closedir(fds);
+  }
+  return n;
+}
+
+// The seam: the `fail_at`-th Handle allocation from now throws bad_alloc.
+int allocations_to_failure = 0;
+void fail_an_allocation() {
+  if (allocations_to_failure > 0 && --allocations_to_failure == 0) throw std::bad_alloc();
+}
+
+enum class Watch { kFd, kCallAfter, kCallEvery, kCallEveryJoining };
+std::ostream& operator<<(std::ostream& out, Watch watch) {
+  switch (watch) {
+    case Watch::kFd: return out << "watch_fd";
+    case Watch::kCallAfter: return out << "call_after";
+    case Watch::kCallEvery: return out << "call_every";
+    case Watch::kCallEveryJoining: return out << "call_every joining a period";
+  }
+  return out;
+}
+const Watch kWatches[] = {Watch::kFd, Watch::kCallAfter, Watch::kCallEvery,
+                          Watch::kCallEveryJoining};
+
+// A watch registered its source first and allocated its Handle after: when
+// that allocation threw, the source stayed watched for good, with nothing
+// to release it (watch_fd: the fd watched, its handler called, a second
+// watch of it refused; a timer: its timerfd left open). Now the Handle is
+// allocated first. Each of the first allocations fails in turn (`fail_at`);
+// one past the last, the call succeeds and its release must leave as much.
+BOOST_DATA_TEST_CASE(a_watch_whose_handle_cannot_be_allocated_leaves_nothing_behind,
+                     bdata::make(kWatches) * bdata::xrange(1, 4), watch, fail_at) {
+  Dispatcher dispatcher;
+  ibev::Handle joined;  // the period's group, there before the case
+  if (watch == Watch::kCallEveryJoining) joined = dispatcher.call_every(1h, [] {});
+  const int fd = ::eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK);  // readable
+  BOOST_REQUIRE(fd >= 0);
+  std::atomic<int> calls{0};
+  const auto make = [&]() -> ibev::Handle {
+    switch (watch) {
+      case Watch::kFd:
+        return dispatcher.watch_fd(fd, EPOLLIN, [&](std::uint32_t) { ++calls; });
+      case Watch::kCallAfter:
+        return dispatcher.call_after(0ms, [&] { ++calls; });
+      case Watch::kCallEvery:
+      case Watch::kCallEveryJoining:
+        return dispatcher.call_every(1h, [&] { ++calls; });
+    }
+    return ibev::Handle();
+  };
+  const int fds_before = open_fd_count();
+  bool threw = false;
+  allocations_to_failure = fail_at;
+  ibev::detail::test_seams::before_handle_allocated = &fail_an_allocation;
+  try {
+    ibev::Handle made = make();
+    ibev::detail::test_seams::before_handle_allocated = nullptr;
+    made.release();
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  ibev::detail::test_seams::before_handle_allocated = nullptr;
+  BOOST_TEST_MESSAGE(watch << ", allocation " << fail_at << (threw ? " failed" : " not reached"));
+  BOOST_TEST(open_fd_count() == fds_before, "an fd was left open");
+  for (int turn = 0; turn < 3; ++turn) dispatcher.run_once(0ms);
+  BOOST_TEST(calls.load() == 0, "the handler of a watch that threw (or was released) ran");
+  if (watch == Watch::kFd) {
+    ibev::Handle again;
+    BOOST_CHECK_NO_THROW(again = dispatcher.watch_fd(fd, EPOLLIN, [](std::uint32_t) {}));
+  }
+  ::close(fd);
 }

@@ -9,11 +9,14 @@
 
 #include <atomic>
 #include <boost/test/unit_test.hpp>
+#include <cstdlib>
 #include <future>
+#include <iostream>
 #include <string>
 #include <thread>
 
 #include <ibev/dispatch/worker_thread.h>
+#include <ibev/verbs/test_seams.h>
 
 #include "tests/softroce/rdma_fixture.h"
 #include "tests/softroce/verbs_fixture.h"
@@ -221,4 +224,57 @@ BOOST_AUTO_TEST_CASE(device_close_tears_down_everything_made_on_it) {
   device.reset();
   BOOST_TEST(dispatcher.stats().failures == 0u);
   dispatcher.stop();
+}
+
+// The dispatching thread's close() once it holds the Device's close lock.
+std::atomic<std::promise<void>*> close_lock_taken{nullptr};
+void tell_close_lock_taken(ibv_context*) {
+  if (std::promise<void>* taken = close_lock_taken.exchange(nullptr)) taken->set_value();
+}
+
+// A completion handler on an executor calls Device::close() while the
+// dispatching thread closes the same Device: the dispatching thread held the
+// close lock and, closing the CQ, waited for that very handler, which waited
+// for the lock, for ever. A close() from inside a handler now leaves the work
+// to the close() at it. The seam holds the handler's close() until the
+// dispatching thread's holds the lock. A deadlock cannot be unwound: after
+// 20 s the case says so and ends the process.
+BOOST_AUTO_TEST_CASE(a_handler_on_an_executor_and_the_dispatching_thread_close_the_device_at_once) {
+  Env env{test_device()};
+  WorkerThread worker;
+  std::promise<void> lock_taken;
+  const std::shared_future<void> taken = lock_taken.get_future().share();
+  std::promise<bool> handler_closed;  // whether the dispatching thread's close began first
+  const std::shared_ptr<Device> device = env.device;
+  Dispatcher& dispatcher = env.dispatcher;
+  std::atomic<bool> once{false};
+  CompletionQueue::Options options;
+  options.completion.executor = worker.executor();
+  auto cq = CompletionQueue::create(
+      device,
+      [&](const CompletionBatch&) {
+        if (once.exchange(true)) return;
+        dispatcher.post([device] { device->close(); });
+        const bool first = taken.wait_for(20s) == std::future_status::ready;
+        device->close();
+        handler_closed.set_value(first);
+      },
+      nullptr, options);
+  Link link(env.pd, cq);
+  close_lock_taken = &lock_taken;
+  detail::test_seams::device_closing = &tell_close_lock_taken;
+  link.message(1);
+  auto closed = handler_closed.get_future();
+  if (closed.wait_for(20s) != std::future_status::ready) {
+    std::cerr << "a_handler_on_an_executor_and_the_dispatching_thread_close_the_device_at_once: "
+                 "the handler's Device::close() and the dispatching thread's wait for each "
+                 "other (deadlock)"
+              << std::endl;
+    std::_Exit(1);
+  }
+  detail::test_seams::device_closing = nullptr;
+  BOOST_TEST(closed.get(), "the dispatching thread's close() had not begun");
+  BOOST_TEST(eventually([&] { return device->context() == nullptr; }, 20s, 1ms));
+  BOOST_TEST(cq->get() == nullptr);
+  BOOST_TEST(env.errors().empty(), env.failures.summary());
 }

@@ -4,9 +4,9 @@
 # -Werror, syntax only; fails on any warning. The headers are found as Bazel
 # lays them out (<ibev/core/...>, <ibev/ibev_c.h>): a scratch folder of
 # links into the tree (tools/clang_tree.sh, which tools/fuzz.sh shares).
-# Tests are left out: they lock what they like. python/ too: its headers want python3-dev's flags, and its
-# mutexes (objects.h, bind_waiting.cc, bind_verbs.cc) are plain std ones,
-# unannotated.
+# Tests are left out: they lock what they like. python/ too: its headers
+# want python3-dev's flags, and its mutexes (objects.h, bind_waiting.cc,
+# bind_verbs.cc) are plain std ones, unannotated.
 # Usage: tools/thread_safety.sh [FILE.cc...]; prints one line when all pass.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

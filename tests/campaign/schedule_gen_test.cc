@@ -107,18 +107,17 @@ BOOST_AUTO_TEST_CASE(a_failure_shrinks_to_the_least_schedule_that_fails) {
   bounds.min_gap = 20ms;
   std::vector<Fault> last_failing;
   int runs = 0;
-  const auto result = run(
-      [&] {
-        ++runs;
-        const auto faults = *schedules(kTargets, bounds);
-        for (const Fault& fault : faults) {
-          if (fault.kind == Fault::Kind::kPortDown) {
-            last_failing = faults;
-            RC_FAIL("a port went down");
-          }
-        }
-      },
-      3, 100);
+  const auto fails_on_a_port_down = [&] {
+    ++runs;
+    const auto faults = *schedules(kTargets, bounds);
+    for (const Fault& fault : faults) {
+      if (fault.kind == Fault::Kind::kPortDown) {
+        last_failing = faults;
+        RC_FAIL("a port went down");
+      }
+    }
+  };
+  const auto result = run(fails_on_a_port_down, 3, 100);
   BOOST_REQUIRE(result.is<rc::detail::FailureResult>());
   BOOST_TEST(text(last_failing) == "20ms port-down rxe0 1\n70ms port-up rxe0 1\n");
   BOOST_TEST_MESSAGE("found and shrunk in " << runs << " runs");
@@ -129,18 +128,8 @@ BOOST_AUTO_TEST_CASE(a_failure_shrinks_to_the_least_schedule_that_fails) {
   last_failing.clear();
   runs = 0;
   Counting listener;
-  const auto again = check(
-      [&] {
-        ++runs;
-        const auto faults = *schedules(kTargets, bounds);
-        for (const Fault& fault : faults) {
-          if (fault.kind == Fault::Kind::kPortDown) {
-            last_failing = faults;
-            RC_FAIL("a port went down");
-          }
-        }
-      },
-      0, 100, listener, reproduce_string(result.get<rc::detail::FailureResult>()));
+  const auto again = check(fails_on_a_port_down, 0, 100, listener,
+                           reproduce_string(result.get<rc::detail::FailureResult>()));
   BOOST_REQUIRE(again.is<rc::detail::FailureResult>());
   BOOST_TEST(text(last_failing) == text(shrunk));
   BOOST_TEST_MESSAGE("reproduced in " << runs << " runs (the shrink path's)");

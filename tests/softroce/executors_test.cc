@@ -248,12 +248,17 @@ BOOST_AUTO_TEST_CASE(a_handler_on_an_executor_and_the_dispatching_thread_close_t
   const std::shared_ptr<Device> device = env.device;
   Dispatcher& dispatcher = env.dispatcher;
   std::atomic<bool> once{false};
+  // The message's posts happen before the closes free its QPs through the
+  // device, which TSan cannot see: the handler waits for this first.
+  std::promise<void> posted;
+  const std::shared_future<void> message_posted = posted.get_future().share();
   CompletionQueue::Options options;
   options.completion.executor = worker.executor();
   auto cq = CompletionQueue::create(
       device,
       [&](const CompletionBatch&) {
         if (once.exchange(true)) return;
+        message_posted.wait();
         dispatcher.post([device] { device->close(); });
         const bool first = taken.wait_for(20s) == std::future_status::ready;
         device->close();
@@ -264,6 +269,7 @@ BOOST_AUTO_TEST_CASE(a_handler_on_an_executor_and_the_dispatching_thread_close_t
   close_lock_taken = &lock_taken;
   detail::test_seams::device_closing = &tell_close_lock_taken;
   link.message(1);
+  posted.set_value();
   auto closed = handler_closed.get_future();
   if (closed.wait_for(20s) != std::future_status::ready) {
     std::cerr << "a_handler_on_an_executor_and_the_dispatching_thread_close_the_device_at_once: "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The long fault campaign (issue #50): the runner
 # (tests/softroce:campaign_test_bin) for seeds FIRST.. FIRST+COUNT-1, CASES
-# schedules each, in one soft-RoCE VM (tools/softroce/softroce_run.sh),
+# schedules each, in one soft-RoCE VM with two devices
+# (tools/softroce/softroce_run.sh --devices 2),
 # nice'd; prints each seed's line and the totals: schedules, faults,
 # invariant checks, violations (each with its seed, reproduce string and
 # shrunk schedule file), duration. docs/reliability.md keeps the figures.
@@ -24,7 +25,7 @@ log=$(mktemp "${TMPDIR:-/tmp}/ibev-campaign.XXXXXX")
 trap 'rm -f "$log"' EXIT
 started=$(date +%s)
 status=0
-IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_run.sh -- \
+IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_run.sh --devices 2 -- \
   "$binary" --log_level=message --run_test=every_schedule_keeps_the_invariants -- \
   "${args[@]}" --cases "$cases" >"$log" 2>&1 || status=$?
 ended=$(date +%s)

@@ -18,6 +18,13 @@ using namespace std::chrono_literals;
 std::string cm_host() { return env_or("IBEV_TEST_ADDRESS", "fd00::1"); }
 std::string cm_host2() { return env_or("IBEV_TEST_ADDRESS2", "fd00::2"); }
 
+void put_back_policy_routes() {
+  // Tables 10 and 11: softroce_run.sh's write_device_setup.
+  run_command("ip -6 route replace " + cm_host2() + "/128 dev " + test_netdev() +
+              " table 10 && ip -6 route replace " + cm_host() + "/128 dev " + test_netdev2() +
+              " table 11");
+}
+
 void give_netdev_its_address() {
   run_command("ip -6 addr replace " + cm_host() + "/64 dev " + test_netdev() + " nodad");
   // The GID table lists the address fully written out: fd00:0000:...:0001.

@@ -31,6 +31,13 @@ std::string cm_host2();
 // rdma_cm finds the device by that address. Throws when it never comes.
 void give_netdev_its_address();
 
+// With two devices (softroce_run.sh --devices 2): the harness's policy
+// routes, which send cm_host2() out of the first veth end and cm_host() out
+// of the second, made again. IPv6 drops a route with its netdev's link, so
+// a test that plugs a cable in again calls this, as routing would come back
+// with a real cable.
+void put_back_policy_routes();
+
 // A global fixture (BOOST_TEST_GLOBAL_FIXTURE): give_netdev_its_address()
 // once, before the first case.
 struct NetdevAddress {

@@ -147,8 +147,8 @@ BOOST_AUTO_TEST_CASE(the_peers_link_goes_down_mid_traffic_and_the_client_reconne
   BOOST_TEST(log.count("child0: DISCONNECTED") == 0u, log.text());
 
   // The link returns (with the route IPv6 dropped).
-  run_command("ip link set " + test_netdev2() + " up && ip -6 route replace " + cm_host() +
-              "/128 dev " + test_netdev2() + " table 11");
+  run_command("ip link set " + test_netdev2() + " up");
+  put_back_policy_routes();
   BOOST_REQUIRE_MESSAGE(heard.wait_count("rxe1 IBV_EVENT_PORT_ACTIVE", 1, 20s), heard.text());
   // What was posted in the outage either arrives now or failed: never
   // silence.

@@ -161,8 +161,8 @@ bool one_outage(const std::vector<std::string>& states, const std::string& cause
 // The cable back, and the route IPv6 dropped with it (the harness's policy
 // route for the peer's address).
 void plug_in() {
-  run_command("ip link set " + test_netdev2() + " up && ip -6 route replace " + cm_host() +
-              "/128 dev " + test_netdev2() + " table 11");
+  run_command("ip link set " + test_netdev2() + " up");
+  put_back_policy_routes();
 }
 
 // Numbered messages, one every 20 ms while the session is up, from a thread

@@ -10,8 +10,9 @@
 //   (c) with the session up, every message posted through it arrived
 //       (those an attempt listed undelivered sent again, as an application
 //       does; a copy is allowed, a loss is not);
-//   (d) after teardown, this process's fds and threads are back at what
-//       they were before the schedule's workload was made.
+//   (d) after teardown, this process's fds and threads, and the kernel's
+//       count of each device's objects (QP, CQ, MR, PD, cm_id, context),
+//       are back at what they were before the schedule's workload was made.
 // Every wait is bounded. A violation prints the seed and RapidCheck's
 // reproduce string, is shrunk (fewer faults, shorter gaps) within a budget of
 // runs, and the least schedule that still fails is written as a fault
@@ -21,6 +22,8 @@
 //
 // Arguments (after --): --seed N (repeatable; default the suite's fixed
 // seeds), --cases N per seed, --schedule FILE (replay one schedule),
+// --regressions FILE... (schedules that once failed, each replayed after
+// the seeds: tests/campaign/regressions),
 // --reproduce STRING with one --seed (one shrunk failure again),
 // --shrink-budget N. Prints per seed: schedules, faults, invariant checks,
 // violations and the time taken (tools/campaign.sh sums them).
@@ -96,6 +99,7 @@ struct Arguments {
   std::vector<std::uint64_t> seeds;
   int cases = kSuiteCases;
   std::string schedule;
+  std::vector<std::string> regressions;
   std::string reproduce;
   int shrink_budget = 20;
 };
@@ -115,6 +119,10 @@ Arguments arguments() {
       parsed.cases = std::stoi(value());
     } else if (word == "--schedule") {
       parsed.schedule = value();
+    } else if (word == "--regressions") {
+      while (i + 1 < suite.argc && std::string(suite.argv[i + 1]).rfind("--", 0) != 0) {
+        parsed.regressions.push_back(suite.argv[++i]);
+      }
     } else if (word == "--reproduce") {
       parsed.reproduce = value();
     } else if (word == "--shrink-budget") {
@@ -153,16 +161,34 @@ std::size_t entries(const std::string& folder) {
   return n;
 }
 
-// This process's open fds and threads.
+// This process's open fds and threads, and the kernel's count of each
+// device's objects (`rdma resource show`: pd, cq, qp, cm_id, mr, ctx, srq).
 struct Resources {
   std::size_t fds = 0;
   std::size_t threads = 0;
-  static Resources now() { return {entries("/proc/self/fd"), entries("/proc/self/task")}; }
+  std::string objects;
+  static Resources now() {
+    return {entries("/proc/self/fd"), entries("/proc/self/task"), rdma_objects()};
+  }
   bool operator==(const Resources& other) const {
-    return fds == other.fds && threads == other.threads;
+    return fds == other.fds && threads == other.threads && objects == other.objects;
   }
   std::string text() const {
-    return std::to_string(fds) + " fds, " + std::to_string(threads) + " threads";
+    return std::to_string(fds) + " fds, " + std::to_string(threads) + " threads, " + objects;
+  }
+  // "rxe0: pd 1 cq 2 ...; rxe1: ...", without the lines' indexes.
+  static std::string rdma_objects() {
+    std::istringstream lines(command_output("rdma resource show"));
+    std::string joined;
+    for (std::string line; std::getline(lines, line);) {
+      const auto name = line.find(": ");
+      if (name == std::string::npos) continue;
+      const std::string rest = line.substr(name + 2);
+      for (const std::string& device : {test_device(), test_device2()}) {
+        if (rest.rfind(device + ":", 0) == 0) joined += (joined.empty() ? "" : "; ") + rest;
+      }
+    }
+    return joined;
   }
 };
 
@@ -568,6 +594,14 @@ BOOST_AUTO_TEST_CASE(every_schedule_keeps_the_invariants) {
         campaign_of(seed, args.cases, Breakage::kNone, args.shrink_budget, args.reproduce);
     BOOST_TEST(outcome.passed, "seed " << seed << ": " << outcome.violation << "; schedule in "
                                        << outcome.file);
+  }
+  for (const std::string& file : args.regressions) {
+    const auto faults = read_file(file);
+    BOOST_TEST_REQUIRE(campaign::invalid(faults, targets(), bounds()) == "", file);
+    Tally tally;
+    const std::string violation = run_schedule(faults, Breakage::kNone, tally);
+    BOOST_TEST_MESSAGE("regression " << file << ": " << (violation.empty() ? "kept" : violation));
+    BOOST_TEST(violation.empty(), file << ": " << violation);
   }
 }
 

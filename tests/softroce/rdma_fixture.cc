@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <system_error>
+#include <memory>
 #include <fstream>
 #include <ostream>
 #include <sstream>
@@ -45,6 +47,22 @@ void run_command(const std::string& command) {
     throw std::runtime_error("command failed (status " +
                              std::to_string(status) + "): " + command);
   }
+}
+
+std::string command_output(const std::string& command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) throw_errno("popen", errno);
+  std::string output;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe.get())) > 0;) {
+    output.append(buffer, n);
+  }
+  const int status = pclose(pipe.release());
+  if (status != 0) {
+    throw std::runtime_error("command failed (status " + std::to_string(status) +
+                             "): " + command);
+  }
+  return output;
 }
 
 ContextPtr open_device(const std::string& name) {

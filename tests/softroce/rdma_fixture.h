@@ -33,6 +33,9 @@ inline std::string test_netdev2() { return env_or("IBEV_TEST_NETDEV2", "v1"); }
 // Runs `command` through /bin/sh; throws std::runtime_error with its exit
 // status when it fails.
 void run_command(const std::string& command);
+// Runs `command` through /bin/sh and returns what it wrote to stdout;
+// throws as run_command does.
+std::string command_output(const std::string& command);
 
 struct ContextDeleter {
   void operator()(ibv_context* c) const noexcept { ibv_close_device(c); }

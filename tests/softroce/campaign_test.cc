@@ -12,7 +12,9 @@
 //       does; a copy is allowed, a loss is not);
 //   (d) after teardown, this process's fds and threads, and the kernel's
 //       count of each device's objects (QP, CQ, MR, PD, cm_id, context),
-//       are back at what they were before the schedule's workload was made.
+//       are back at what they were before the schedule's workload was made;
+//   (e) no side recovered more often within the damping window than its
+//       policy's max_recoveries.
 // Every wait is bounded. A violation prints the seed and RapidCheck's
 // reproduce string, is shrunk (fewer faults, shorter gaps) within a budget of
 // runs, and the least schedule that still fails is written as a fault
@@ -33,6 +35,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -69,6 +72,10 @@ namespace {
 const std::vector<std::uint64_t> kSuiteSeeds{1, 2};
 constexpr int kSuiteCases = 3;
 constexpr auto kGiveUpAfter = 3000ms;
+
+// Both sides' recovery: soon, backing off to 400 ms, damped past 3
+// recoveries within 3 s, given up after kGiveUpAfter.
+RecoveryPolicy recovery_policy() { return quick_recovery(kGiveUpAfter); }
 
 // The veth pair keeps its IPv6 addresses over a flap (rdma_cm finds each
 // device by its address), as the two-host tests' does; put back as found.
@@ -203,19 +210,37 @@ struct Tally {
 // violation is seen, shrunk and written (item 6 of the issue).
 enum class Breakage { kNone, kForgetAMessageAtAPortDown };
 
-// One side's changes: its states in order and how many times it failed.
+// One side's changes: its states in order, when each came, and how many
+// times it failed.
 class Side {
  public:
   void heard(const HealthChange& change) {
     std::lock_guard<std::mutex> lock(mutex_);
     states_.push_back(change.to);
-    if (change.to == ConnectionState::kFailed) last_failure_ = change.cause.what;
+    times_.push_back(Clock::now());
   }
   std::size_t count(ConnectionState state) {
     std::lock_guard<std::mutex> lock(mutex_);
     std::size_t n = 0;
     for (const auto s : states_) n += s == state ? 1 : 0;
     return n;
+  }
+  // The most recoveries (an up after the first) within any `window`.
+  std::size_t most_recoveries_within(std::chrono::milliseconds window) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Clock::time_point> ups;
+    bool was_up = false;
+    for (std::size_t i = 0; i < states_.size(); ++i) {
+      if (states_[i] != ConnectionState::kUp) continue;
+      if (was_up) ups.push_back(times_[i]);
+      was_up = true;
+    }
+    std::size_t most = 0;
+    for (std::size_t first = 0, last = 0; last < ups.size(); ++last) {
+      while (ups[last] - ups[first] >= window) ++first;
+      most = std::max(most, last - first + 1);
+    }
+    return most;
   }
   std::string text() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -227,7 +252,7 @@ class Side {
  private:
   std::mutex mutex_;
   std::vector<ConnectionState> states_;
-  std::string last_failure_;
+  std::vector<Clock::time_point> times_;
 };
 
 // The workload, as two hosts would have it: an acceptor on rxe1 (cm_host2())
@@ -245,7 +270,7 @@ class Workload {
         server_numbers(server_env) {
     CmAcceptor::Options accepting;
     accepting.make_qp = server_numbers.make_qp();
-    accepting.health.recovery.policy = quick_recovery(kGiveUpAfter);
+    accepting.health.recovery.policy = recovery_policy();
     acceptor = CmAcceptor::listen(
         server_channel, CmAddress::parse(cm_host2(), 0),
         [this](const std::shared_ptr<CmSession>& session) {
@@ -258,7 +283,7 @@ class Workload {
     options.id = 42;
     options.source = CmAddress::parse(cm_host(), 0);
     options.make_qp = client_numbers.make_qp();
-    options.health.recovery.policy = quick_recovery(kGiveUpAfter);
+    options.health.recovery.policy = recovery_policy();
     session = CmSession::connect(
         client_channel, CmAddress::parse(cm_host2(), acceptor->local_address().port()),
         [this](const HealthChange& change) {
@@ -473,9 +498,22 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
                     " messages posted never arrived (client " + workload.client.text() + ")";
       }
     }
+    // (e) never more recoveries within the damping window than the policy
+    // allows (past them an outage is damped: given up).
+    ++tally.checks;
+    const RecoveryPolicy policy = recovery_policy();
+    for (Side* side : {&workload.client, &workload.server}) {
+      const std::size_t most = side->most_recoveries_within(policy.window);
+      if (violation.empty() && most > policy.max_recoveries) {
+        violation = "(e) " + std::to_string(most) + " recoveries within " +
+                    std::to_string(policy.window.count()) + " ms (at most " +
+                    std::to_string(policy.max_recoveries) + "): " + side->text();
+      }
+    }
   }
   real_faults::clean_up(real);
-  // (d) fds and threads back at their baseline once the workload is gone.
+  // (d) fds, threads and the devices' objects back at their baseline once
+  // the workload is gone.
   ++tally.checks;
   if (violation.empty() && !eventually([&] { return Resources::now() == before; }, 10s)) {
     violation = "(d) after teardown " + Resources::now().text() + ", before " + before.text();

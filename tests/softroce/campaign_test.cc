@@ -14,7 +14,9 @@
 //       count of each device's objects (QP, CQ, MR, PD, cm_id, context),
 //       are back at what they were before the schedule's workload was made;
 //   (e) no side recovered more often within the damping window than its
-//       policy's max_recoveries.
+//       policy's max_recoveries;
+//   (f) a removal of the client's device (`rdma link delete`) returns
+//       within 20 s: the process lets the device go.
 // Every wait is bounded. A violation prints the seed and RapidCheck's
 // reproduce string, is shrunk (fewer faults, shorter gaps) within a budget of
 // runs, and the least schedule that still fails is written as a fault
@@ -40,6 +42,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -67,11 +70,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-
 // The suite's fixed seeds: a few schedules that fit its time (README).
 const std::vector<std::uint64_t> kSuiteSeeds{1, 2};
 constexpr int kSuiteCases = 3;
 constexpr auto kGiveUpAfter = 3000ms;
+// How long `rdma link delete` of the client's device may block (the
+// two-host test's bound: ibev lets the device go within it).
+constexpr auto kDeleteBound = 20000ms;
 
 // Both sides' recovery: soon, backing off to 400 ms, damped past 3
 // recoveries within 3 s, given up after kGiveUpAfter.
@@ -147,10 +152,12 @@ const std::vector<campaign::Target>& targets() {
   return kTargets;
 }
 
-// The schedules this workload takes: one device, both sides on it, so no
-// removal yet (rdma link delete waits for both sides' contexts to close).
+// The schedules this workload takes on rxe0, the client's device: flaps,
+// gid-changes, qp-fatals, and its removal and re-add (the server, on rxe1,
+// keeps its device).
 campaign::Bounds bounds() {
   campaign::Bounds made;
+  made.remove = true;
   made.max_episodes = 3;
   made.max_gap = 800ms;
   made.short_outage_max = 400ms;
@@ -401,6 +408,8 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   if (!warmed) return "the warm-up session never came up";
   const Resources before = Resources::now();
   std::string violation;
+  // A removal the process held: it completes once the workload is gone.
+  std::future<real_faults::Outcome> held_delete;
   {
     Workload workload;
     if (!eventually([&] { return workload.session->health().state() == ConnectionState::kUp; },
@@ -414,10 +423,11 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       std::this_thread::sleep_until(start + fault.at);
       if (fault.kind == Fault::Kind::kQpFatal) {
         // The workload's QP of the moment: a schedule cannot know its number.
+        // Its device, not the Env's: after a removal and re-add the
+        // session's QP lives on the device added.
         if (const auto qp = workload.session->queue_pair()) {
-          workload.client_env.dispatcher.inject(workload.client_env.device->context(),
-                                                IBV_EVENT_QP_FATAL,
-                                         qp->get());
+          workload.client_env.dispatcher.inject(qp->device()->context(), IBV_EVENT_QP_FATAL,
+                                                qp->get());
         }
         continue;
       }
@@ -425,6 +435,30 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
           fault.kind == Fault::Kind::kPortDown) {
         workload.forget_one();
         forgotten = true;
+      }
+      if (fault.kind == Fault::Kind::kRemove) {
+        // `rdma link delete` returns once every context on the device is
+        // closed: ibev lets a removed device go (its Device and everything
+        // on it closed, the CM's id closed, so librdmacm's context too).
+        // Waited for within a bound: a delete still blocked after it is a
+        // device held, and it completes only once the workload is gone.
+        ++tally.checks;
+        auto deleting = std::async(std::launch::async,
+                                   [fault] { return real_faults::apply(fault, "schedule"); });
+        if (deleting.wait_for(kDeleteBound) != std::future_status::ready) {
+          violation = "(f) rdma link delete " + fault.device + " still blocked " +
+                      std::to_string(kDeleteBound.count()) +
+                      " ms later: the process holds the device (client " +
+                      workload.client.text() + ")";
+          held_delete = std::move(deleting);
+          break;
+        }
+        const auto done = deleting.get();
+        if (done.status != 0) {
+          real_faults::clean_up(real);
+          throw std::runtime_error(done.message);
+        }
+        continue;
       }
       const auto done = real_faults::apply(fault, "schedule");
       if (done.status != 0) {
@@ -440,7 +474,8 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       const auto s = workload.server_session();
       return s ? s->health().state() : ConnectionState::kDown;
     };
-    if (!eventually(
+    if (violation.empty() &&
+        !eventually(
             [&] {
               return settled(workload.session->health().state()) && settled(server_state());
             },
@@ -511,6 +546,10 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       }
     }
   }
+  if (held_delete.valid() && held_delete.wait_for(60s) != std::future_status::ready) {
+    throw std::runtime_error("rdma link delete " + test_device() +
+                             " still blocked a minute after the workload was gone");
+  }
   real_faults::clean_up(real);
   // (d) fds, threads and the devices' objects back at their baseline once
   // the workload is gone.
@@ -518,9 +557,14 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   if (violation.empty() && !eventually([&] { return Resources::now() == before; }, 10s)) {
     violation = "(d) after teardown " + Resources::now().text() + ", before " + before.text();
   }
-  // The next schedule starts from the veth pair as the harness left it.
+  // The next schedule starts from the devices and the veth pair as the
+  // harness left them: rxe0 there (a schedule cut short by a violation may
+  // not have added it back), its address in its GID table.
+  run_command("rdma link show " + test_device() + "/1 >/dev/null 2>&1 || rdma link add " +
+              test_device() + " type rxe netdev " + test_netdev());
   run_command("ip link set " + test_netdev() + " up && ip link set " + test_netdev2() + " up");
   put_back_policy_routes();
+  give_netdev_its_address();
   return violation;
 }
 

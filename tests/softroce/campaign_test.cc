@@ -217,14 +217,17 @@ struct Tally {
 // violation is seen, shrunk and written (item 6 of the issue).
 enum class Breakage { kNone, kForgetAMessageAtAPortDown };
 
-// One side's changes: its states in order, when each came, and how many
-// times it failed.
+// One side's changes: its states in order, when each came, and why for a
+// down or a failure.
 class Side {
  public:
   void heard(const HealthChange& change) {
     std::lock_guard<std::mutex> lock(mutex_);
     states_.push_back(change.to);
     times_.push_back(Clock::now());
+    // A down or a failure says why: a violation's report needs it.
+    const bool why = change.to == ConnectionState::kDown || change.to == ConnectionState::kFailed;
+    causes_.push_back(why ? change.cause.what : std::string());
   }
   std::size_t count(ConnectionState state) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -252,7 +255,10 @@ class Side {
   std::string text() {
     std::lock_guard<std::mutex> lock(mutex_);
     std::string line;
-    for (const auto s : states_) line += (line.empty() ? "" : " ") + std::string(to_string(s));
+    for (std::size_t i = 0; i < states_.size(); ++i) {
+      line += (line.empty() ? "" : " ") + std::string(to_string(states_[i]));
+      if (!causes_[i].empty()) line += " (" + causes_[i] + ")";
+    }
     return line;
   }
 
@@ -260,6 +266,7 @@ class Side {
   std::mutex mutex_;
   std::vector<ConnectionState> states_;
   std::vector<Clock::time_point> times_;
+  std::vector<std::string> causes_;
 };
 
 // The workload, as two hosts would have it: an acceptor on rxe1 (cm_host2())
@@ -414,7 +421,8 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     Workload workload;
     if (!eventually([&] { return workload.session->health().state() == ConnectionState::kUp; },
                     20s)) {
-      return "the session never came up: " + workload.client.text();
+      return "the session never came up: client " + workload.client.text() + "; server " +
+             workload.server.text();
     }
     workload.start_sending();
     const auto start = Clock::now();

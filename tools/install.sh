@@ -30,11 +30,16 @@ prefix=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${IBEV_BUILD_DIR:-$root/build/cmake}
 
-# --fresh: nothing of the last configuration (another prefix, another
-# libdir) is kept. GNUInstallDirs picks the multiarch libdir for /usr.
+# A new cache: nothing of the last configuration (another prefix, another
+# libdir, another unit directory) is kept. GNUInstallDirs picks the multiarch
+# libdir for /usr. Only the cache goes, not CMake's --fresh, which deletes
+# CMakeFiles/ and with it every object: the compile flags do not depend on
+# the prefix, so tools/package.sh's install for /usr after an install into
+# a prefix (as the README's test command runs them) only relinks.
 libdir=()
 [[ $prefix == /usr ]] || libdir=(-DCMAKE_INSTALL_LIBDIR=lib)
-cmake --fresh -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+rm -f "$build/CMakeCache.txt"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_INSTALL_PREFIX="$prefix" "${libdir[@]}" \
   -DIBEV_WERROR="${IBEV_WERROR:-OFF}" -DIBEV_DOCS="${IBEV_DOCS:-ON}" \
   -DIBEV_PYTHON="${IBEV_PYTHON:-ON}" -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null

@@ -141,7 +141,9 @@ const std::vector<campaign::Target>& targets() {
 }
 
 // The schedules this workload takes: one device, both sides on it, so no
-// removal yet (rdma link delete waits for both sides' contexts to close).
+// removal yet (rdma link delete waits for both sides' contexts to close);
+// netem bursts on its netdev (the generator's default loss, delay and
+// reordering).
 campaign::Bounds bounds() {
   campaign::Bounds made;
   made.max_episodes = 3;
@@ -149,6 +151,7 @@ campaign::Bounds bounds() {
   made.short_outage_max = 400ms;
   made.long_outage_min = 1000ms;
   made.long_outage_max = 2000ms;
+  made.netem = true;
   return made;
 }
 
@@ -347,6 +350,14 @@ bool settled(ConnectionState state) {
   return state == ConnectionState::kUp || state == ConnectionState::kFailed;
 }
 
+// What a schedule's faults left (a gid-change's address, a netem on the
+// netdev) taken away however its block ends: a fault that could not be done
+// throws, and a netem left would make every later schedule lossy.
+struct CleanUp {
+  const std::vector<Fault>& faults;
+  ~CleanUp() { real_faults::clean_up(faults); }
+};
+
 std::size_t lines_starting(Env& env, const std::string& kind) {
   std::size_t n = 0;
   for (const std::string& line : env.errors()) n += line.rfind(kind, 0) == 0 ? 1 : 0;
@@ -377,6 +388,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   const Resources before = Resources::now();
   std::string violation;
   {
+    const CleanUp cleaned{real};  // declared first: after the workload's teardown
     Workload workload;
     if (!eventually([&] { return workload.session->health().state() == ConnectionState::kUp; },
                     20s)) {
@@ -402,10 +414,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
         forgotten = true;
       }
       const auto done = real_faults::apply(fault, "schedule");
-      if (done.status != 0) {
-        real_faults::clean_up(real);
-        throw std::runtime_error(done.message);
-      }
+      if (done.status != 0) throw std::runtime_error(done.message);
       if (fault.kind == Fault::Kind::kPortUp) put_back_policy_routes();
     }
     const auto last_fault = Clock::now();
@@ -474,7 +483,6 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       }
     }
   }
-  real_faults::clean_up(real);
   // (d) fds and threads back at their baseline once the workload is gone.
   ++tally.checks;
   if (violation.empty() && !eventually([&] { return Resources::now() == before; }, 10s)) {

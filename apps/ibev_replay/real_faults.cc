@@ -100,7 +100,9 @@ std::vector<std::string> netem_words(const NetemSpec& netem) {
     return std::string(text, end) + "%";
   };
   std::vector<std::string> words;
-  if (netem.delay) words.insert(words.end(), {"delay", std::to_string(netem.delay->count()) + "us"});
+  if (netem.delay) {
+    words.insert(words.end(), {"delay", std::to_string(netem.delay->count()) + "us"});
+  }
   if (netem.loss) words.insert(words.end(), {"loss", percent(*netem.loss)});
   if (netem.reorder) words.insert(words.end(), {"reorder", percent(*netem.reorder)});
   return words;

@@ -176,20 +176,17 @@ BOOST_AUTO_TEST_CASE(a_netem_goes_on_the_netdev_and_its_netem_off_takes_it_away)
   };
   const auto root_qdisc = [&] { return command_output("tc qdisc show dev " + netdev + " root"); };
   const std::string on = real("0s netem " + device + " loss=20% delay=30ms reorder=10%\n");
-  BOOST_TEST(std::regex_match(on, std::regex(R"(\+0\.000000 \S+ netem: /\S+/tc qdisc replace dev )" +
-                                              netdev +
-                                              R"( root netem delay 30000us loss 20% reorder 10%\n)"
-                                              R"(exit 0\n)")),
-             on);
+  const std::regex done_on(R"(\+0\.000000 \S+ netem: /\S+/tc qdisc replace dev )" + netdev +
+                          R"( root netem delay 30000us loss 20% reorder 10%\nexit 0\n)");
+  BOOST_TEST(std::regex_match(on, done_on), on);
   const std::string shown = root_qdisc();
   for (const char* said : {"qdisc netem ", "delay 30", "loss 20%", "reorder 10%"}) {
     BOOST_TEST(shown.find(said) != std::string::npos, said << " in: " << shown);
   }
-  const std::string off =
-      real("0s netem-off " + device + "\n1ms netem-off " + device + "\n");
-  BOOST_TEST(std::regex_match(off, std::regex(R"((\+0\.00\d000 \S+ netem-off: /\S+/tc qdisc del dev )" +
-                                               netdev + R"( root\n){2}exit 0\n)")),
-             off);
+  const std::string off = real("0s netem-off " + device + "\n1ms netem-off " + device + "\n");
+  const std::regex done_off(R"((\+0\.00\d000 \S+ netem-off: /\S+/tc qdisc del dev )" + netdev +
+                            R"( root\n){2}exit 0\n)");
+  BOOST_TEST(std::regex_match(off, done_off), off);
   BOOST_TEST(root_qdisc().find("netem") == std::string::npos, root_qdisc());
 }
 

@@ -2,6 +2,7 @@
 #include <ibev/formats/fault_schedule.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,15 +14,20 @@ namespace {
 
 constexpr Fault::Kind kKinds[] = {Fault::Kind::kPortDown,  Fault::Kind::kPortUp,
                                   Fault::Kind::kGidChange, Fault::Kind::kQpFatal,
-                                  Fault::Kind::kRemove,    Fault::Kind::kAdd};
+                                  Fault::Kind::kRemove,    Fault::Kind::kAdd,
+                                  Fault::Kind::kNetem,     Fault::Kind::kNetemOff};
 
 constexpr double kLongest = 366 * 86400.0;  // seconds: a schedule's span
+constexpr double kLongestDelay = 10.0;      // seconds: a netem's delay
+constexpr char kNetemKeys[] = "loss=N%, delay=TIME or reorder=N%";
 
 [[noreturn]] void fail(const std::string& where, const std::string& why) {
   throw std::invalid_argument(where + ": " + why);
 }
 
-std::chrono::microseconds parse_time(const std::string& text, const std::string& where) {
+// A time, or (`what` "the delay") a netem's delay, up to `longest` seconds.
+std::chrono::microseconds parse_time(const std::string& text, const std::string& where,
+                                     const char* what = "the time", double longest = kLongest) {
   const bool millis = text.size() > 2 && text.compare(text.size() - 2, 2, "ms") == 0;
   const bool seconds = !millis && text.size() > 1 && text.back() == 's';
   const std::string number = text.substr(0, text.size() - (millis ? 2 : seconds ? 1 : 0));
@@ -29,9 +35,10 @@ std::chrono::microseconds parse_time(const std::string& text, const std::string&
   errno = 0;
   const double value = std::strtod(number.c_str(), &end);
   if ((!millis && !seconds) || number.empty() || *end != '\0' || errno != 0 || !(value >= 0) ||
-      value * (millis ? 1e-3 : 1) > kLongest ||
+      value * (millis ? 1e-3 : 1) > longest ||
       number.find_first_not_of("0123456789.") != std::string::npos) {
-    fail(where, "the time '" + text + "' is not N[.N]s or N[.N]ms, up to a year");
+    fail(where, std::string(what) + " '" + text + "' is not N[.N]s or N[.N]ms, up to " +
+                    (longest == kLongest ? "a year" : "10 s"));
   }
   return std::chrono::microseconds(std::llround(value * (millis ? 1e3 : 1e6)));
 }
@@ -44,6 +51,59 @@ std::uint32_t parse_number(const std::string& text, std::uint64_t low, std::uint
                     std::to_string(high));
   }
   return static_cast<std::uint32_t>(*value);
+}
+
+// "20%", "0.5%": N[.N]% from 0 to 100, read as from_chars reads it
+// (whatever the locale), so that the writer's to_chars text reads back the
+// same double.
+double parse_percent(const std::string& text, const char* what, const std::string& where) {
+  const std::size_t digits = text.size() - 1;
+  double value = -1;
+  if (text.size() < 2 || text.back() != '%' ||
+      text.find_first_not_of("0123456789.") != digits ||
+      std::from_chars(text.data(), text.data() + digits, value, std::chars_format::fixed).ptr !=
+          text.data() + digits ||
+      !(value >= 0 && value <= 100)) {
+    fail(where, std::string("the ") + what + " '" + text + "' is not N[.N]% from 0 to 100");
+  }
+  return value;
+}
+
+// netem's own rule (tc refuses it): packets are reordered by sending some
+// at once, ahead of the delayed rest, so there must be a delay.
+bool reorder_without_delay(const NetemSpec& netem) {
+  return netem.reorder && (!netem.delay || netem.delay->count() <= 0);
+}
+
+// A netem's KEY=VALUE words, each key once, at least one.
+NetemSpec parse_netem(const std::vector<std::string>& words, const std::string& where) {
+  NetemSpec netem;
+  if (words.empty()) fail(where, std::string("netem takes DEVICE and ") + kNetemKeys);
+  for (const std::string& word : words) {
+    const std::size_t equals = word.find('=');
+    const std::string key = word.substr(0, equals);
+    const std::string value = equals == std::string::npos ? "" : word.substr(equals + 1);
+    const bool known = equals != std::string::npos &&
+                       (key == "loss" || key == "delay" || key == "reorder");
+    if (!known) fail(where, "netem's '" + word + "' is not " + kNetemKeys);
+    if (key == "loss" ? netem.loss.has_value()
+        : key == "delay" ? netem.delay.has_value()
+                         : netem.reorder.has_value()) {
+      fail(where, "netem's " + key + " is given twice");
+    }
+    if (key == "loss") {
+      netem.loss = parse_percent(value, "loss", where);
+    } else if (key == "delay") {
+      netem.delay = parse_time(value, where, "the delay", kLongestDelay);
+    } else {
+      netem.reorder = parse_percent(value, "reorder", where);
+    }
+  }
+  if (reorder_without_delay(netem)) {
+    fail(where, "netem's reorder needs a delay above 0 (it sends some packets ahead of the "
+                "delayed rest)");
+  }
+  return netem;
 }
 
 // Device and netdev names as the kernel makes them: printable ASCII. Other
@@ -83,7 +143,22 @@ std::string time_text(std::chrono::microseconds at) {
   return text + "ms";
 }
 
+// The fewest digits that parse_percent reads back as `value` (in 0..100).
+std::string percent_text(double value) {
+  char text[400];  // the longest: a subnormal's 330-odd fixed digits
+  const auto end = std::to_chars(text, text + sizeof text, value, std::chars_format::fixed).ptr;
+  return std::string(text, end) + "%";
+}
+
+bool percent(const std::optional<double>& value) {
+  return !value || (*value >= 0 && *value <= 100);
+}
+
 }  // namespace
+
+bool operator==(const NetemSpec& a, const NetemSpec& b) noexcept {
+  return a.loss == b.loss && a.delay == b.delay && a.reorder == b.reorder;
+}
 
 std::string_view to_string(Fault::Kind kind) noexcept {
   switch (kind) {
@@ -99,6 +174,10 @@ std::string_view to_string(Fault::Kind kind) noexcept {
       return "remove";
     case Fault::Kind::kAdd:
       return "add";
+    case Fault::Kind::kNetem:
+      return "netem";
+    case Fault::Kind::kNetemOff:
+      return "netem-off";
   }
   return "invalid";
 }
@@ -128,10 +207,17 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
     }
     if (!known) {
       fail(where, "unknown fault '" + fields[1] +
-                      "' (port-down, port-up, gid-change, qp-fatal, remove, add)");
+                      "' (port-down, port-up, gid-change, qp-fatal, remove, add, netem, "
+                      "netem-off)");
     }
     fault.device = name_of(fields[2], "device", where);
-    const bool takes_argument = fault.kind != Fault::Kind::kRemove;
+    if (fault.kind == Fault::Kind::kNetem) {
+      fault.netem = parse_netem({fields.begin() + 3, fields.end()}, where);
+      faults.push_back(std::move(fault));
+      continue;
+    }
+    const bool takes_argument =
+        fault.kind != Fault::Kind::kRemove && fault.kind != Fault::Kind::kNetemOff;
     if (fields.size() != (takes_argument ? 4u : 3u)) {
       fail(where, std::string(to_string(fault.kind)) +
                       (takes_argument ? " takes DEVICE and " : " takes DEVICE only") +
@@ -148,6 +234,7 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
         fault.netdev = name_of(fields[3], "netdev", where);
         break;
       case Fault::Kind::kRemove:
+      case Fault::Kind::kNetemOff:
         break;
       default:
         fault.number = parse_number(fields[3], 1, 255, "the port", where);
@@ -182,7 +269,24 @@ void write_fault_schedule(std::ostream& out, const std::vector<Fault>& faults) {
         if (!one_word(fault.netdev)) fail(where, "the netdev '" + fault.netdev + "' is not one word");
         text += " " + fault.netdev;
         break;
+      case Fault::Kind::kNetem: {
+        const NetemSpec& netem = fault.netem;
+        if (!netem.loss && !netem.delay && !netem.reorder) fail(where, "a netem of nothing");
+        if (!percent(netem.loss) || !percent(netem.reorder)) {
+          fail(where, "a netem's percentage is not from 0 to 100");
+        }
+        if (netem.delay && (netem.delay->count() < 0 ||
+                            netem.delay->count() > std::llround(kLongestDelay * 1e6))) {
+          fail(where, "a netem's delay is below 0 or past 10 s");
+        }
+        if (reorder_without_delay(netem)) fail(where, "a netem's reorder has no delay above 0");
+        if (netem.loss) text += " loss=" + percent_text(*netem.loss);
+        if (netem.delay) text += " delay=" + time_text(*netem.delay);
+        if (netem.reorder) text += " reorder=" + percent_text(*netem.reorder);
+        break;
+      }
       case Fault::Kind::kRemove:
+      case Fault::Kind::kNetemOff:
         break;
       default:
         if (fault.number < 1 || fault.number > 255) fail(where, "the port is not from 1 to 255");
@@ -227,6 +331,9 @@ std::vector<RecordedLine> to_recording(const std::vector<Fault>& faults,
       case Fault::Kind::kAdd:
         lines.emplace_back(RecordedChange{time, fault.device, "", true, DeviceLoss::kNone});
         continue;
+      case Fault::Kind::kNetem:
+      case Fault::Kind::kNetemOff:
+        continue;  // no RDMA event: it shows in the traffic only
     }
     lines.emplace_back(std::move(event));
   }

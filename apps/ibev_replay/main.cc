@@ -8,7 +8,8 @@
 // Printing reads the file with the library's own readers (formats/recording.h,
 // formats/fault_schedule.h), so a file it prints is one ibev::Replay plays; a
 // malformed one is refused with its line. --real runs the soft-RoCE
-// harness's commands (ip link, ip addr, rdma link) at each fault's time.
+// harness's commands (ip link, ip addr, rdma link, tc qdisc) at each fault's
+// time.
 #include <getopt.h>
 
 #include <cerrno>
@@ -41,7 +42,7 @@ constexpr char kUsage[] =
     "                     schedule; - reads stdin\n"
     "  -s, --schedule     FILE is a fault schedule: print the events it injects\n"
     "  -r, --real         with --schedule: do each fault for real at its time, on\n"
-    "                     this host's soft-RoCE devices (root; ip, rdma)\n"
+    "                     this host's soft-RoCE devices (root; ip, rdma, tc)\n"
     "  -x, --speed=SPEED  divide the recorded gaps by SPEED (default 1; 0: no gaps;\n"
     "                     else from 1e-6 to 1e6)\n"
     "  -V, --version      print the version and exit\n"
@@ -55,7 +56,8 @@ constexpr char kHelp[] =
     "  +3.000000 rxe0 device removed\n"
     "A fault schedule is TIME FAULT DEVICE [ARGUMENT] per line: port-down,\n"
     "port-up, gid-change (a port), qp-fatal (a QP number), remove, add (a\n"
-    "netdev); docs/operations.md has the format.\n"
+    "netdev), netem (loss=N%, delay=TIME, reorder=N%: on the netdev's packets,\n"
+    "no event), netem-off; docs/operations.md has the format.\n"
     "\n"
     "Times are from the first line for a recording, from 0 for a schedule, as\n"
     "ibev::Replay plays them.\n"

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 
 extern char** environ;
 
@@ -89,14 +91,34 @@ std::string gid_address(const Fault& fault) {
   return "fd00:ffff::" + std::to_string(fault.line) + "/128";
 }
 
+// netem's words for `netem` (tc-netem(8)): its delay in microseconds, its
+// percentages in the fewest digits that are the same double.
+std::vector<std::string> netem_words(const NetemSpec& netem) {
+  const auto percent = [](double value) {
+    char text[400];  // the longest: a subnormal's 330-odd fixed digits
+    const auto end = std::to_chars(text, text + sizeof text, value, std::chars_format::fixed).ptr;
+    return std::string(text, end) + "%";
+  };
+  std::vector<std::string> words;
+  if (netem.delay) {
+    words.insert(words.end(), {"delay", std::to_string(netem.delay->count()) + "us"});
+  }
+  if (netem.loss) words.insert(words.end(), {"loss", percent(*netem.loss)});
+  if (netem.reorder) words.insert(words.end(), {"reorder", percent(*netem.reorder)});
+  return words;
+}
+
 // The commands that do `fault`, in order, or a reason they cannot. A command
 // whose first word is "-" may fail (a gid-change's removal of an address
-// not there yet).
+// not there yet, a netem-off's of a netem not there).
 std::vector<std::vector<std::string>> commands_for(const Fault& fault, std::string& why) {
   const std::string ip = tool("ip");
   const std::string rdma = tool("rdma");
-  if (ip.empty() || rdma.empty()) {
-    why = "no ip or rdma in /usr/sbin, /usr/bin, /sbin or /bin (package iproute2)";
+  const std::string tc = tool("tc");
+  const bool netem = fault.kind == Fault::Kind::kNetem || fault.kind == Fault::Kind::kNetemOff;
+  if (netem ? tc.empty() : ip.empty() || rdma.empty()) {
+    why = std::string("no ") + (netem ? "tc" : "ip or rdma") +
+          " in /usr/sbin, /usr/bin, /sbin or /bin (package iproute2)";
     return {};
   }
   switch (fault.kind) {
@@ -124,6 +146,17 @@ std::vector<std::vector<std::string>> commands_for(const Fault& fault, std::stri
         return {};
       }
       return {{rdma, "link", "add", fault.device, "type", "rxe", "netdev", fault.netdev}};
+    case Fault::Kind::kNetem:
+    case Fault::Kind::kNetemOff: {
+      const auto netdev = rxe_netdev(fault.device, why);
+      if (!netdev) return {};
+      if (fault.kind == Fault::Kind::kNetemOff) {
+        return {{"-", tc, "qdisc", "del", "dev", *netdev, "root"}};
+      }
+      std::vector<std::string> command{tc, "qdisc", "replace", "dev", *netdev, "root", "netem"};
+      for (auto& word : netem_words(fault.netem)) command.push_back(std::move(word));
+      return {std::move(command)};
+    }
     case Fault::Kind::kQpFatal:
       why = "qp-fatal has no real action (inject it: ibev::Replay)";
       return {};
@@ -151,7 +184,9 @@ Outcome check(const std::vector<Fault>& faults, const std::string& name) {
       }
     }
   }
-  if (geteuid() != 0) return {Outcome::kRefused, "--real needs root (it runs ip and rdma)", {}};
+  if (geteuid() != 0) {
+    return {Outcome::kRefused, "--real needs root (it runs ip, rdma and tc)", {}};
+  }
   std::map<std::string, bool> present;  // after the faults so far
   for (const auto& fault : faults) {
     std::string why;
@@ -206,12 +241,19 @@ Outcome apply(const Fault& fault, const std::string& name) {
 
 void clean_up(const std::vector<Fault>& faults) {
   const std::string ip = tool("ip");
-  if (ip.empty()) return;
+  const std::string tc = tool("tc");
+  std::set<std::string> netem_netdevs;
   for (const auto& fault : faults) {
-    if (fault.kind != Fault::Kind::kGidChange) continue;
+    const bool gid_change = fault.kind == Fault::Kind::kGidChange && !ip.empty();
+    const bool netem = fault.kind == Fault::Kind::kNetem && !tc.empty();
     std::string why;
-    if (const auto netdev = rxe_netdev(fault.device, why)) {
-      run({ip, "-6", "addr", "del", gid_address(fault), "dev", *netdev}, true);
+    const auto netdev = gid_change || netem ? rxe_netdev(fault.device, why) : std::nullopt;
+    if (!netdev) continue;
+    if (gid_change) run({ip, "-6", "addr", "del", gid_address(fault), "dev", *netdev}, true);
+    // Whether or not its netem-off came (a run may stop before it), once per
+    // netdev: deleting the root qdisc puts the kernel's default back.
+    if (netem && netem_netdevs.insert(*netdev).second) {
+      run({tc, "qdisc", "del", "dev", *netdev, "root"}, true);
     }
   }
 }

@@ -1,14 +1,17 @@
 // A fault schedule's faults done for real on this host's soft-RoCE devices,
 // as the soft-RoCE harness does them: `ip link set NETDEV down/up`, an
 // address added under the port (`ip -6 addr add fd00:ffff::LINE/128`),
-// `rdma link delete` and `rdma link add ... type rxe`. One place for
+// `rdma link delete` and `rdma link add ... type rxe`, and netem's packet
+// faults on the netdev (`tc qdisc replace dev NETDEV root netem ...`, which
+// takes the place of the netdev's root qdisc; netem-off is `tc qdisc del
+// dev NETDEV root`, so the kernel's default is back). One place for
 // `ibev-replay --schedule --real` and the fault campaign
 // (tests/softroce/campaign_test.cc), so that a schedule the campaign shrank
 // replays with ibev-replay as it ran there.
 //
 // Safety: as root, so it acts only on soft-RoCE devices (rxe's `parent`
 // attribute) over netdevs with no hardware under them (a dummy, a veth), runs
-// ip and rdma from the system's folders only, never the caller's PATH, and
+// ip, rdma and tc from the system's folders only, never the caller's PATH, and
 // takes only plain names (no path) for devices and netdevs.
 //
 // Thread-safety: free functions, any thread; each spawns and waits for its
@@ -43,12 +46,13 @@ struct Outcome {
 // schedule's, for messages.
 Outcome check(const std::vector<Fault>& faults, const std::string& name);
 
-// Does `fault` now, waiting for its commands (ip, rdma).
+// Does `fault` now, waiting for its commands (ip, rdma, tc).
 Outcome apply(const Fault& fault, const std::string& name);
 
 // Takes away what the gid-change faults of `faults` added (their
-// addresses), best effort: a schedule's run leaves the netdev's addresses,
-// so its GIDs, as it found them.
+// addresses) and the root qdisc of each netdev a netem of `faults` was on,
+// best effort, whether or not the run got that far: a schedule's run leaves
+// the netdev's addresses, so its GIDs, and its packets as it found them.
 void clean_up(const std::vector<Fault>& faults);
 
 }  // namespace ibev::real_faults

@@ -1,6 +1,7 @@
 // The fault campaign's schedules (schedule_gen.h).
 #include "tests/campaign/schedule_gen.h"
 
+#include <cmath>
 #include <iterator>
 #include <map>
 #include <stdexcept>
@@ -14,13 +15,14 @@ using std::chrono::milliseconds;
 
 // What one episode is; the first shrinks best (RapidCheck shrinks a choice
 // toward the first): a short flap is the quickest fault to replay.
-enum class Kind { kShortFlap, kLongFlap, kGidChange, kQpFatal, kRemove };
+enum class Kind { kShortFlap, kLongFlap, kGidChange, kQpFatal, kRemove, kNetem };
 
 struct Episode {
   Kind kind = Kind::kShortFlap;
   std::size_t target = 0;
   int gap_ms = 0;
-  int outage_ms = 0;  // a flap's or a removal's; a fraction of its range
+  int outage_ms = 0;  // a flap's, a removal's or a netem burst's length
+  NetemSpec netem;    // a netem burst's
 };
 
 // A number in [low, high] whatever the generation's size (RapidCheck scales
@@ -68,6 +70,12 @@ std::vector<Fault> to_faults(const std::vector<Episode>& episodes,
       case Kind::kQpFatal:
         faults.push_back(fault(at, Fault::Kind::kQpFatal, target));
         break;
+      case Kind::kNetem:
+        faults.push_back(fault(at, Fault::Kind::kNetem, target));
+        faults.back().netem = episode.netem;
+        at += milliseconds(episode.outage_ms);
+        faults.push_back(fault(at, Fault::Kind::kNetemOff, target));
+        break;
     }
   }
   return faults;
@@ -75,6 +83,34 @@ std::vector<Fault> to_faults(const std::vector<Episode>& episodes,
 
 bool in(milliseconds value, milliseconds low, milliseconds high) {
   return value >= low && value <= high;
+}
+
+// A burst's netem: its loss, and a delay and reordering unless 0.
+NetemSpec netem_of(int loss, int delay_ms, int reorder) {
+  NetemSpec netem;
+  netem.loss = loss;
+  if (delay_ms > 0) netem.delay = milliseconds(delay_ms);
+  if (delay_ms > 0 && reorder > 0) netem.reorder = reorder;
+  return netem;
+}
+
+// Why `netem` is no burst's within `bounds`, or empty.
+std::string netem_invalid(const NetemSpec& netem, const Bounds& bounds) {
+  const auto whole_in = [](const std::optional<double>& value, int low, int high) {
+    return value && *value >= low && *value <= high && *value == std::floor(*value);
+  };
+  if (!whole_in(netem.loss, bounds.netem_loss_min, bounds.netem_loss_max)) {
+    return "its loss is not a whole % in bounds";
+  }
+  if (netem.delay && (netem.delay->count() % 1000 != 0 ||
+                      !in(std::chrono::duration_cast<milliseconds>(*netem.delay), milliseconds(1),
+                          bounds.netem_delay_max))) {
+    return "its delay is not whole ms in bounds";
+  }
+  if (netem.reorder && !whole_in(netem.reorder, 1, bounds.netem_reorder_max)) {
+    return "its reorder is not a whole % in bounds";
+  }
+  return {};
 }
 
 }  // namespace
@@ -85,20 +121,33 @@ rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds
   if (bounds.gid_change) kinds.push_back(Kind::kGidChange);
   if (bounds.qp_fatal) kinds.push_back(Kind::kQpFatal);
   if (bounds.remove) kinds.push_back(Kind::kRemove);
+  if (bounds.netem) kinds.push_back(Kind::kNetem);
   // The kind by its index, which shrinks toward 0 (a short flap): a long
   // flap that fails as a short one would shrinks to it.
   const auto episode = rc::gen::mapcat(
       rc::gen::resize(100, rc::gen::inRange<std::size_t>(0, kinds.size())),
-      [kinds, targets, bounds](std::size_t index) {
+      [kinds, targets, bounds](std::size_t index) -> rc::Gen<Episode> {
         const Kind kind = kinds[index];
         const bool lasts = kind == Kind::kShortFlap || kind == Kind::kRemove;
         const bool long_one = kind == Kind::kLongFlap;
+        const auto target = rc::gen::resize(100, rc::gen::inRange<std::size_t>(0, targets.size()));
+        if (kind == Kind::kNetem) {
+          return rc::gen::apply(
+              [](std::size_t target, int gap, int length, int loss, int delay, int reorder) {
+                return Episode{Kind::kNetem, target, gap, length, netem_of(loss, delay, reorder)};
+              },
+              target, within(bounds.min_gap, bounds.max_gap),
+              within(bounds.netem_min, bounds.netem_max),
+              rc::gen::resize(100, rc::gen::inRange(bounds.netem_loss_min,
+                                                    bounds.netem_loss_max + 1)),
+              within(milliseconds(0), bounds.netem_delay_max),
+              rc::gen::resize(100, rc::gen::inRange(0, bounds.netem_reorder_max + 1)));
+        }
         return rc::gen::apply(
             [kind](std::size_t target, int gap, int outage) {
-              return Episode{kind, target, gap, outage};
+              return Episode{kind, target, gap, outage, {}};
             },
-            rc::gen::resize(100, rc::gen::inRange<std::size_t>(0, targets.size())),
-            within(bounds.min_gap, bounds.max_gap),
+            target, within(bounds.min_gap, bounds.max_gap),
             long_one ? within(bounds.long_outage_min, bounds.long_outage_max)
             : lasts  ? within(bounds.short_outage_min, bounds.short_outage_max)
                      : rc::gen::just(0));
@@ -160,8 +209,26 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
         if (!bounds.qp_fatal) return where + "no qp-fatal in these bounds";
         if (first.number != 0) return where + "a qp-fatal names the workload's QP: 0";
         break;
+      case Fault::Kind::kNetem: {
+        if (!bounds.netem) return where + "no netem in these bounds";
+        const std::string why = netem_invalid(first.netem, bounds);
+        if (!why.empty()) return where + why;
+        if (i + 1 == faults.size() || faults[i + 1].kind != Fault::Kind::kNetemOff ||
+            faults[i + 1].device != first.device) {
+          return where + "not followed by its netem-off";
+        }
+        const auto length = std::chrono::duration_cast<milliseconds>(faults[i + 1].at) - at;
+        if (milliseconds(length) + at != faults[i + 1].at) return where + "not a whole ms";
+        if (!in(length, bounds.netem_min, bounds.netem_max)) {
+          return where + "its burst's length is out of bounds";
+        }
+        end = at + length;
+        ++i;
+        break;
+      }
       case Fault::Kind::kPortUp:
       case Fault::Kind::kAdd:
+      case Fault::Kind::kNetemOff:
         return where + "a " + std::string(to_string(first.kind)) + " with nothing before it";
     }
   }

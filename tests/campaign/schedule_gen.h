@@ -4,15 +4,18 @@
 //
 // A schedule is a run of episodes, one after the other, each after a gap:
 // a port flap (port-down, then port-up after a short or a long outage), a
-// gid-change, a device removed and added back over its netdev, a qp-fatal.
-// So a port-up always follows its port-down, an add the remove of its
-// device, and a device is never acted on while it is removed. A qp-fatal
+// gid-change, a device removed and added back over its netdev, a qp-fatal,
+// a netem burst (netem, then netem-off after a while: the netdev's packets
+// lost, late and reordered meanwhile). So a port-up always follows its
+// port-down, an add the remove of its device, a netem-off its netem, and a
+// device is never acted on while it is removed. A qp-fatal
 // names no QP of its own (number 0): the runner injects it into the
 // workload's QP of the moment, whose number a schedule cannot know.
 //
 // Shrinking (RapidCheck's, of the episode list and each episode's numbers)
-// drops episodes and shortens gaps and outages toward their lower bounds:
-// a failure shrinks to fewer, quicker faults.
+// drops episodes and shortens gaps, outages and bursts toward their lower
+// bounds, a burst's loss toward its least and its delay and reordering
+// toward none: a failure shrinks to fewer, quicker, milder faults.
 //
 // Thread-safety: values and generators only; any thread.
 #ifndef IBEV_TESTS_CAMPAIGN_SCHEDULE_GEN_H_
@@ -50,6 +53,13 @@ struct Bounds {
   bool gid_change = true;
   bool qp_fatal = true;
   bool remove = false;  // a device removed and added back
+  // A netem burst: loss always, a delay (whole ms) or none, reordering only
+  // with a delay (netem's rule); netem-off after the burst's length.
+  bool netem = false;
+  std::chrono::milliseconds netem_min{100}, netem_max{1500};  // the burst's length
+  int netem_loss_min = 1, netem_loss_max = 50;                 // %, whole
+  std::chrono::milliseconds netem_delay_max{100};              // 0: none
+  int netem_reorder_max = 25;                                  // %, whole; 0: none
 };
 
 // Schedules over `targets` (not empty) within `bounds`.

@@ -1,7 +1,8 @@
 // The fault campaign's schedules (tests/campaign/schedule_gen.h): every one
 // generated is valid and reads back from its file; one seed makes the same
-// schedules; every fault comes up; a failure shrinks to the least schedule
-// that fails (one short flap, its gap and outage at their lowest); a file
+// schedules; every fault comes up (netem bursts only when the bounds allow
+// them); a failure shrinks to the least schedule that fails (one short flap,
+// or one netem burst, its gap, length and netem at their lowest); a file
 // that is no such schedule is told apart.
 #define BOOST_TEST_MODULE ibev_campaign_schedule_gen
 #include <boost/test/data/test_case.hpp>
@@ -26,6 +27,7 @@ const std::vector<Target> kTargets{{"rxe0", "d0", 1}, {"rxe1", "v1", 1}};
 Bounds all_faults() {
   Bounds bounds;
   bounds.remove = true;
+  bounds.netem = true;
   return bounds;
 }
 
@@ -70,6 +72,7 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
   std::set<std::string> seen;
   std::set<std::size_t> lengths;
   bool long_flap = false;
+  std::set<std::string> netems;  // which of a netem's keys came together
   const Bounds bounds = all_faults();
   run(
       [&] {
@@ -80,7 +83,13 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
           if (faults[i].kind == Fault::Kind::kPortDown) {
             long_flap |= faults[i + 1].at - faults[i].at >= bounds.long_outage_min;
           }
-          if (faults[i].kind == Fault::Kind::kPortDown || faults[i].kind == Fault::Kind::kRemove) {
+          if (faults[i].kind == Fault::Kind::kNetem) {
+            const ibev::NetemSpec& netem = faults[i].netem;
+            netems.insert(std::string(netem.loss ? "loss" : "") + (netem.delay ? " delay" : "") +
+                          (netem.reorder ? " reorder" : ""));
+          }
+          if (faults[i].kind == Fault::Kind::kPortDown || faults[i].kind == Fault::Kind::kRemove ||
+              faults[i].kind == Fault::Kind::kNetem) {
             ++i;
             seen.insert(std::string(ibev::to_string(faults[i].kind)) + " " + faults[i].device);
           }
@@ -89,11 +98,14 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
       },
       1, 300);
   for (const char* device : {"rxe0", "rxe1"}) {
-    for (const char* kind : {"port-down", "port-up", "gid-change", "qp-fatal", "remove", "add"}) {
+    for (const char* kind : {"port-down", "port-up", "gid-change", "qp-fatal", "remove", "add",
+                             "netem", "netem-off"}) {
       BOOST_TEST(seen.count(std::string(kind) + " " + device) == 1u, kind << " " << device);
     }
   }
   BOOST_TEST(long_flap);
+  // Loss alone, with a delay, and with both: never a reorder with no delay.
+  BOOST_TEST((netems == std::set<std::string>{"loss", "loss delay", "loss delay reorder"}));
   for (std::size_t n = 0; n <= bounds.max_episodes; ++n) BOOST_TEST(lengths.count(n) == 1u, n);
   BOOST_TEST(*lengths.rbegin() == bounds.max_episodes);
 }
@@ -135,6 +147,50 @@ BOOST_AUTO_TEST_CASE(a_failure_shrinks_to_the_least_schedule_that_fails) {
   BOOST_TEST_MESSAGE("reproduced in " << runs << " runs (the shrink path's)");
 }
 
+// Bounds as they were (netem false) make the same schedules as before
+// netem bursts came: a campaign's seeds keep their schedules unless it opts
+// in.
+BOOST_AUTO_TEST_CASE(no_netem_burst_unless_the_bounds_allow_one) {
+  BOOST_TEST(!Bounds{}.netem);
+  Bounds bounds = all_faults();
+  bounds.netem = false;
+  std::size_t netems = 0;
+  run(
+      [&] {
+        for (const Fault& fault : *schedules(kTargets, bounds)) {
+          netems += fault.kind == Fault::Kind::kNetem || fault.kind == Fault::Kind::kNetemOff;
+        }
+      },
+      1, 300);
+  BOOST_TEST(netems == 0u);
+  std::istringstream in("0s netem rxe0 loss=10%\n0.5s netem-off rxe0\n");
+  const auto burst = ibev::read_fault_schedule(in, "burst");
+  BOOST_TEST(invalid(burst, kTargets, all_faults()) == "");
+  BOOST_TEST(invalid(burst, kTargets, bounds) == "fault 1: no netem in these bounds");
+}
+
+// A property that fails whenever packets are lost: it shrinks to one burst
+// of the first target, at its lowest gap, length and loss, with no delay
+// and no reordering.
+BOOST_AUTO_TEST_CASE(a_netem_failure_shrinks_to_the_mildest_burst) {
+  Bounds bounds = all_faults();
+  bounds.min_gap = 20ms;
+  std::vector<Fault> last_failing;
+  const auto result = run(
+      [&] {
+        const auto faults = *schedules(kTargets, bounds);
+        for (const Fault& fault : faults) {
+          if (fault.kind == Fault::Kind::kNetem) {
+            last_failing = faults;
+            RC_FAIL("packets were lost");
+          }
+        }
+      },
+      5, 100);
+  BOOST_REQUIRE(result.is<rc::detail::FailureResult>());
+  BOOST_TEST(text(last_failing) == "20ms netem rxe0 loss=1%\n120ms netem-off rxe0\n");
+}
+
 namespace {
 struct Bad {
   const char* schedule;
@@ -155,6 +211,30 @@ const Bad kBad[] = {
     {"0s qp-fatal rxe0 0\n0s qp-fatal rxe0 0\n0s qp-fatal rxe0 0\n0s qp-fatal rxe0 0\n"
      "0s qp-fatal rxe0 0\n",
      "more than 4 episodes"},
+    {"0s netem-off rxe0\n", "fault 1: a netem-off with nothing before it"},
+    {"0s netem rxe0 loss=10%\n", "fault 1: not followed by its netem-off"},
+    {"0s netem rxe0 loss=10%\n0.5s netem-off rxe1\n", "not followed by its netem-off"},
+    {"0s netem rxe0 loss=10%\n0.5s gid-change rxe0 1\n", "not followed by its netem-off"},
+    {"0s netem rxe0 loss=10%\n0.05s netem-off rxe0\n", "its burst's length is out of bounds"},
+    {"0s netem rxe0 loss=10%\n1.6s netem-off rxe0\n", "its burst's length is out of bounds"},
+    {"0s netem rxe0 loss=10%\n0.5005s netem-off rxe0\n", "not a whole ms"},
+    {"0s netem rxe0 delay=10ms\n0.5s netem-off rxe0\n", "its loss is not a whole % in bounds"},
+    {"0s netem rxe0 loss=0%\n0.5s netem-off rxe0\n", "its loss is not a whole % in bounds"},
+    {"0s netem rxe0 loss=51%\n0.5s netem-off rxe0\n", "its loss is not a whole % in bounds"},
+    {"0s netem rxe0 loss=1.5%\n0.5s netem-off rxe0\n", "its loss is not a whole % in bounds"},
+    {"0s netem rxe0 loss=1% delay=101ms\n0.5s netem-off rxe0\n",
+     "its delay is not whole ms in bounds"},
+    {"0s netem rxe0 loss=1% delay=0ms\n0.5s netem-off rxe0\n",
+     "its delay is not whole ms in bounds"},
+    {"0s netem rxe0 loss=1% delay=1.5ms\n0.5s netem-off rxe0\n",
+     "its delay is not whole ms in bounds"},
+    {"0s netem rxe0 loss=1% delay=5ms reorder=26%\n0.5s netem-off rxe0\n",
+     "its reorder is not a whole % in bounds"},
+    {"0s netem rxe0 loss=1% delay=5ms reorder=0%\n0.5s netem-off rxe0\n",
+     "its reorder is not a whole % in bounds"},
+    {"0s netem rxe2 loss=1%\n0.5s netem-off rxe2\n", "rxe2 is no target"},
+    {"0s netem rxe0 loss=1%\n0.5s netem-off rxe0\n1.6s gid-change rxe0 1\n",
+     "fault 3: its gap is out of bounds"},
 };
 }  // namespace
 

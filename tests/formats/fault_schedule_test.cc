@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE ibev_fault_schedule
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -29,13 +31,15 @@ const char kSchedule[] =
     "2s      gid-change  rxe0    2\n"
     "2500ms  qp-fatal    rxe0    0x11\n"
     "3s      remove      rxe0\n"
-    "4s      add         rxe0    d0\n";
+    "4s      add         rxe0    d0\n"
+    "5s      netem       rxe0    loss=20% delay=30ms reorder=10%\n"
+    "6500ms  netem-off   rxe0\n";
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_fault_reads) {
   const auto faults = read(kSchedule);
-  BOOST_REQUIRE_EQUAL(faults.size(), 6u);
+  BOOST_REQUIRE_EQUAL(faults.size(), 8u);
   BOOST_TEST((faults[0].kind == Fault::Kind::kPortDown && faults[0].number == 1u));
   BOOST_TEST((faults[1].at == 1500ms && faults[1].kind == Fault::Kind::kPortUp));
   BOOST_TEST((faults[2].kind == Fault::Kind::kGidChange && faults[2].number == 2u));
@@ -43,6 +47,43 @@ BOOST_AUTO_TEST_CASE(every_fault_reads) {
   BOOST_TEST((faults[4].kind == Fault::Kind::kRemove && faults[4].device == "rxe0"));
   BOOST_TEST((faults[5].kind == Fault::Kind::kAdd && faults[5].netdev == "d0"));
   BOOST_TEST(faults[5].line == 8);
+  BOOST_TEST((faults[6].kind == Fault::Kind::kNetem && faults[6].device == "rxe0"));
+  BOOST_TEST((faults[6].netem.loss == std::optional<double>(20)));
+  BOOST_TEST((faults[6].netem.delay == std::optional<std::chrono::microseconds>(30ms)));
+  BOOST_TEST((faults[6].netem.reorder == std::optional<double>(10)));
+  BOOST_TEST((faults[7].at == 6500ms && faults[7].kind == Fault::Kind::kNetemOff));
+  BOOST_TEST(ibev::to_string(Fault::Kind::kNetemOff) == "netem-off");
+}
+
+namespace {
+struct NetemLine {
+  const char* keys;
+  ibev::NetemSpec netem;
+};
+std::ostream& operator<<(std::ostream& out, const NetemLine& n) { return out << n.keys; }
+ibev::NetemSpec netem(std::optional<double> loss, std::optional<std::chrono::microseconds> delay,
+                      std::optional<double> reorder) {
+  return ibev::NetemSpec{loss, delay, reorder};
+}
+constexpr auto kNone = std::nullopt;
+const NetemLine kNetemLines[] = {
+    {"loss=20%", netem(20, kNone, kNone)},
+    {"delay=30ms", netem(kNone, 30ms, kNone)},
+    {"reorder=25% delay=1.5ms", netem(kNone, 1500us, 25)},  // any order
+    {"loss=0% delay=0s", netem(0, 0us, kNone)},
+    {"loss=100% delay=10s reorder=100%", netem(100, 10s, 100)},
+    {"loss=0.5% delay=10000ms", netem(0.5, 10s, kNone)},
+    {"loss=.25% delay=0.001ms reorder=0%", netem(0.25, 1us, 0)},
+};
+}  // namespace
+
+// Each key alone or with the others, in any order, at its bounds.
+BOOST_DATA_TEST_CASE(a_netem_reads_its_keys, boost::unit_test::data::make(kNetemLines), n) {
+  const auto faults = read(std::string("1s netem rxe0 ") + n.keys + "\n");
+  BOOST_REQUIRE_EQUAL(faults.size(), 1u);
+  BOOST_TEST((faults[0].kind == Fault::Kind::kNetem));
+  BOOST_TEST((faults[0].netem == n.netem));
+  BOOST_TEST(faults[0].number == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(faults_become_the_events_real_ones_raise) {
@@ -62,6 +103,7 @@ BOOST_AUTO_TEST_CASE(faults_become_the_events_real_ones_raise) {
   BOOST_TEST((event(4).loss == ibev::DeviceLoss::kRemoved));
   BOOST_TEST(!std::get<ibev::RecordedChange>(lines[5]).added);
   BOOST_TEST(std::get<ibev::RecordedChange>(lines[6]).added);
+  // The netem and its netem-off raise no event: nothing after the add.
 }
 
 struct Bad {
@@ -88,6 +130,25 @@ const Bad kBad[] = {
     // made a recording its reader refuses.
     {"1s port-down rx\xec" "e0 1\n", "the device 'rx\xec" "e0' is not a name of printable ASCII"},
     {"1s add rxe0 d\x80\n", "the netdev 'd\x80' is not a name of printable ASCII"},
+    {"1s netem rxe0\n", "faults.txt:1: netem takes DEVICE and loss=N%, delay=TIME or reorder=N%"},
+    {"1s netem rxe0 loss\n", "netem's 'loss' is not loss=N%, delay=TIME or reorder=N%"},
+    {"1s netem rxe0 jitter=5ms\n", "netem's 'jitter=5ms' is not loss=N%"},
+    {"1s netem rxe0 1\n", "netem's '1' is not loss=N%"},
+    {"1s netem rxe0 loss=1% loss=2%\n", "netem's loss is given twice"},
+    {"1s netem rxe0 loss=20\n", "the loss '20' is not N[.N]% from 0 to 100"},
+    {"1s netem rxe0 loss=100.5%\n", "the loss '100.5%' is not N[.N]% from 0 to 100"},
+    {"1s netem rxe0 loss=-1%\n", "the loss '-1%' is not"},
+    {"1s netem rxe0 loss=%\n", "the loss '%' is not"},
+    {"1s netem rxe0 loss=1e1%\n", "the loss '1e1%' is not"},
+    {"1s netem rxe0 loss=1.2.3%\n", "the loss '1.2.3%' is not"},
+    {"1s netem rxe0 loss=\n", "the loss '' is not"},
+    {"1s netem rxe0 reorder=nan%\n", "the reorder 'nan%' is not"},
+    {"1s netem rxe0 delay=30\n", "the delay '30' is not N[.N]s or N[.N]ms, up to 10 s"},
+    {"1s netem rxe0 delay=10.001s\n", "the delay '10.001s' is not N[.N]s or N[.N]ms, up to 10 s"},
+    {"1s netem rxe0 reorder=10%\n", "faults.txt:1: netem's reorder needs a delay above 0"},
+    {"1s netem rxe0 reorder=10% delay=0ms\n", "netem's reorder needs a delay above 0"},
+    {"1s netem-off rxe0 1\n", "netem-off takes DEVICE only"},
+    {"1s netem-off\n", "faults.txt:1: expected: TIME FAULT DEVICE"},
 };
 
 BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::data::make(kBad), b) {
@@ -112,6 +173,12 @@ Fault fault(std::chrono::microseconds at, Fault::Kind kind, std::string device,
   return made;
 }
 
+Fault netem_fault(std::chrono::microseconds at, std::string device, ibev::NetemSpec spec) {
+  Fault made = fault(at, Fault::Kind::kNetem, std::move(device));
+  made.netem = spec;
+  return made;
+}
+
 struct Written {
   const char* name;
   std::vector<Fault> faults;
@@ -131,6 +198,18 @@ const Written kWritten[] = {
       fault(123456789us, K::kRemove, "rxe1")}},
     {"QP numbers at both ends, faults at one time",
      {fault(7ms, K::kQpFatal, "a.b-c_d", 0), fault(7ms, K::kQpFatal, "a.b-c_d", 0xffffff)}},
+    {"netems",
+     {netem_fault(0us, "rxe0", netem(20, 30ms, 10)),
+      netem_fault(1s, "rxe0", netem(1, kNone, kNone)),
+      netem_fault(1s, "rxe1", netem(kNone, 1us, kNone)),
+      netem_fault(2s, "rxe1", netem(kNone, 10s, 100)), fault(3s, K::kNetemOff, "rxe0"),
+      fault(3s, K::kNetemOff, "rxe1")}},
+    // Each written in the fewest digits that read back the same double.
+    {"percentages to the last bit",
+     {netem_fault(0us, "rxe0", netem(0.1, 1001us, 1.0 / 3)),
+      netem_fault(1us, "rxe0", netem(100, 0us, kNone)),
+      netem_fault(2us, "rxe0", netem(4.9406564584124654e-324, kNone, kNone)),
+      netem_fault(3us, "rxe0", netem(99.999999999999986, 1us, 2.2250738585072014e-308))}},
     {"a year, the longest",
      {fault(0us, K::kRemove, "rxe0"),
       fault(std::chrono::seconds(366 * 86400), K::kAdd, "rxe0", 0, "veth-7")}},
@@ -155,6 +234,7 @@ BOOST_DATA_TEST_CASE(a_written_schedule_reads_back_the_same, boost::unit_test::d
       BOOST_TEST(back[i].device == want.device);
       BOOST_TEST(back[i].number == want.number);
       BOOST_TEST(back[i].netdev == want.netdev);
+      BOOST_TEST((back[i].netem == want.netem));
       BOOST_TEST(back[i].line == static_cast<int>(i + 1));
     }
   }
@@ -182,6 +262,28 @@ const Unwritable kUnwritable[] = {
     {"a device with a space", {fault(0us, K::kRemove, "rxe 0")}, "is not one word"},
     {"a device with a comment", {fault(0us, K::kRemove, "rxe#0")}, "is not one word"},
     {"an add with no netdev", {fault(0us, K::kAdd, "rxe0")}, "the netdev '' is not one word"},
+    {"a netem of nothing", {fault(0us, K::kNetem, "rxe0")}, "fault 1: a netem of nothing"},
+    {"a loss past 100 %",
+     {netem_fault(0us, "rxe0", netem(100.5, kNone, kNone))},
+     "a netem's percentage is not from 0 to 100"},
+    {"a reorder below 0",
+     {netem_fault(0us, "rxe0", netem(kNone, 1ms, -1))},
+     "a netem's percentage is not from 0 to 100"},
+    {"a loss not a number",
+     {netem_fault(0us, "rxe0", netem(std::nan(""), kNone, kNone))},
+     "a netem's percentage is not from 0 to 100"},
+    {"a delay past 10 s",
+     {netem_fault(0us, "rxe0", netem(kNone, 10s + 1us, kNone))},
+     "a netem's delay is below 0 or past 10 s"},
+    {"a delay below 0",
+     {netem_fault(0us, "rxe0", netem(kNone, -1us, kNone))},
+     "a netem's delay is below 0 or past 10 s"},
+    {"a reorder with no delay",
+     {netem_fault(0us, "rxe0", netem(kNone, kNone, 5))},
+     "a netem's reorder has no delay above 0"},
+    {"a reorder with a delay of 0",
+     {netem_fault(0us, "rxe0", netem(kNone, 0us, 5))},
+     "a netem's reorder has no delay above 0"},
 };
 
 // What the reader could not read back is refused, and nothing is written.

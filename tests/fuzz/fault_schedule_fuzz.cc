@@ -1,11 +1,15 @@
 // libFuzzer target: read_fault_schedule() (formats/fault_schedule.h) over any
 // bytes. Bad input must end in the std::invalid_argument it documents; a
 // schedule it accepts must keep the header's promises (time order, ports
-// 1..255, QP numbers of 24 bits, an argument where one is due), and the
-// recording to_recording() makes of it must survive the recording writer and
-// reader (recording_check.h). tools/fuzz.sh builds and runs it.
+// 1..255, QP numbers of 24 bits, an argument where one is due, a netem's
+// keys within netem's bounds), write_fault_schedule() must write it as it
+// reads back, and the recording to_recording() makes of it (nothing for a
+// netem) must survive the recording writer and reader (recording_check.h).
+// tools/fuzz.sh builds and runs it.
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -26,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   std::size_t removes = 0;
+  std::size_t netems = 0;
   for (std::size_t i = 0; i < faults.size(); ++i) {
     const Fault& fault = faults[i];
     const std::string where =
@@ -50,11 +55,57 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case Fault::Kind::kRemove:
         ++removes;
         break;
+      case Fault::Kind::kNetem: {
+        const ibev::NetemSpec& netem = fault.netem;
+        const auto percent = [](const std::optional<double>& p) {
+          return !p || (*p >= 0 && *p <= 100);
+        };
+        if (!netem.loss && !netem.delay && !netem.reorder) {
+          ibev::fuzz::broken(where + ": a netem of nothing");
+        }
+        if (!percent(netem.loss) || !percent(netem.reorder)) {
+          ibev::fuzz::broken(where + ": a netem's percentage outside 0..100");
+        }
+        if (netem.delay && (netem.delay->count() < 0 || *netem.delay > std::chrono::seconds(10))) {
+          ibev::fuzz::broken(where + ": a netem's delay outside 0..10 s");
+        }
+        if (netem.reorder && !(netem.delay && netem.delay->count() > 0)) {
+          ibev::fuzz::broken(where + ": a netem's reorder with no delay");
+        }
+        ++netems;
+        break;
+      }
+      case Fault::Kind::kNetemOff:
+        ++netems;
+        break;
+    }
+  }
+  // The writer writes what the reader read, and reads back the same.
+  std::ostringstream written;
+  try {
+    ibev::write_fault_schedule(written, faults);
+  } catch (const std::invalid_argument& e) {
+    ibev::fuzz::broken(std::string("write_fault_schedule refused what was read: ") + e.what());
+  }
+  std::istringstream again(written.str());
+  std::vector<Fault> back;
+  try {
+    back = ibev::read_fault_schedule(again, "written");
+  } catch (const std::invalid_argument& e) {
+    ibev::fuzz::broken(std::string("what write_fault_schedule wrote does not read: ") + e.what());
+  }
+  if (back.size() != faults.size()) ibev::fuzz::broken("written and read back, a fault lost");
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    const Fault& a = faults[i];
+    const Fault& b = back[i];
+    if (a.at != b.at || a.kind != b.kind || a.device != b.device || a.number != b.number ||
+        a.netdev != b.netdev || a.netem != b.netem) {
+      ibev::fuzz::broken("fault " + std::to_string(i) + " written and read back is another");
     }
   }
   const std::vector<ibev::RecordedLine> lines =
       ibev::to_recording(faults, ibev::RecordingClock::time_point{});
-  if (lines.size() != faults.size() + removes) {
+  if (lines.size() != faults.size() + removes - netems) {
     ibev::fuzz::broken("to_recording made " + std::to_string(lines.size()) + " lines of " +
                        std::to_string(faults.size()) + " faults");
   }

@@ -41,6 +41,9 @@ cat >"$dir/faults" <<'FAULTS'
 1.5s    port-up     rxe0    1
 2500ms  qp-fatal    rxe0    0x11
 3s      remove      rxe0
+3.5s    add         rxe0    d0
+4s      netem       rxe0    loss=20% delay=30ms
+5s      netem-off   rxe0
 FAULTS
 expect "a schedule prints its events" test "$(run --schedule "$dir/faults")" = 0
 expect "... in order" diff -u - "$out" <<'EXPECTED'
@@ -49,6 +52,7 @@ expect "... in order" diff -u - "$out" <<'EXPECTED'
 +2.500000 rxe0 qp #17 IBV_EVENT_QP_FATAL
 +3.000000 rxe0 device IBV_EVENT_DEVICE_FATAL
 +3.000000 rxe0 device removed
++3.500000 rxe0 device added
 EXPECTED
 expect "--real refuses qp-fatal before doing anything (exit 1)" \
   test "$(run --schedule --real "$dir/faults")" = 1
@@ -71,6 +75,9 @@ expect "... naming its line" grep -q 'bad:2: not a JSON object' "$err"
 printf '1s explode rxe0\n' >"$dir/badfaults"
 expect "a malformed schedule exits 1" test "$(run -s "$dir/badfaults")" = 1
 expect "... naming its line" grep -q "badfaults:1: unknown fault 'explode'" "$err"
+printf '1s netem rxe0 reorder=5%%\n' >"$dir/badnetem"
+expect "a netem reordering with no delay exits 1" test "$(run -s "$dir/badnetem")" = 1
+expect "... naming its line" grep -q "badnetem:1: netem's reorder needs a delay above 0" "$err"
 expect "a missing file exits 1" test "$(run "$dir/none")" = 1
 expect "... saying why" grep -q 'cannot open .*/none: No such file or directory' "$err"
 

@@ -153,8 +153,9 @@ const std::vector<campaign::Target>& targets() {
 }
 
 // The schedules this workload takes on rxe0, the client's device: flaps,
-// gid-changes, qp-fatals, and its removal and re-add (the server, on rxe1,
-// keeps its device).
+// gid-changes, qp-fatals, its removal and re-add (the server, on rxe1,
+// keeps its device), and netem bursts on its netdev (the generator's
+// default loss, delay and reordering).
 campaign::Bounds bounds() {
   campaign::Bounds made;
   made.remove = true;
@@ -163,6 +164,7 @@ campaign::Bounds bounds() {
   made.short_outage_max = 400ms;
   made.long_outage_min = 1000ms;
   made.long_outage_max = 2000ms;
+  made.netem = true;
   return made;
 }
 
@@ -386,6 +388,14 @@ bool settled(ConnectionState state) {
   return state == ConnectionState::kUp || state == ConnectionState::kFailed;
 }
 
+// What a schedule's faults left (a gid-change's address, a netem on the
+// netdev) taken away however its block ends: a fault that could not be done
+// throws, and a netem left would make every later schedule lossy.
+struct CleanUp {
+  const std::vector<Fault>& faults;
+  ~CleanUp() { real_faults::clean_up(faults); }
+};
+
 std::size_t lines_starting(Env& env, const std::string& kind) {
   std::size_t n = 0;
   for (const std::string& line : env.errors()) n += line.rfind(kind, 0) == 0 ? 1 : 0;
@@ -418,6 +428,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   // A removal the process held: it completes once the workload is gone.
   std::future<real_faults::Outcome> held_delete;
   {
+    const CleanUp cleaned{real};  // declared first: after the workload's teardown
     Workload workload;
     if (!eventually([&] { return workload.session->health().state() == ConnectionState::kUp; },
                     20s)) {
@@ -462,17 +473,11 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
           break;
         }
         const auto done = deleting.get();
-        if (done.status != 0) {
-          real_faults::clean_up(real);
-          throw std::runtime_error(done.message);
-        }
+        if (done.status != 0) throw std::runtime_error(done.message);
         continue;
       }
       const auto done = real_faults::apply(fault, "schedule");
-      if (done.status != 0) {
-        real_faults::clean_up(real);
-        throw std::runtime_error(done.message);
-      }
+      if (done.status != 0) throw std::runtime_error(done.message);
       if (fault.kind == Fault::Kind::kPortUp) put_back_policy_routes();
     }
     const auto last_fault = Clock::now();
@@ -558,7 +563,6 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     throw std::runtime_error("rdma link delete " + test_device() +
                              " still blocked a minute after the workload was gone");
   }
-  real_faults::clean_up(real);
   // (d) fds, threads and the devices' objects back at their baseline once
   // the workload is gone.
   ++tally.checks;

@@ -1,8 +1,9 @@
 // Record and replay on a real device: ibev-watch records a flap, a GID change
 // and a device's removal and return, done for real by ibev-replay's fault
 // schedule; the recording, replayed into this process's own Dispatcher, must
-// reach its listener as the same sequence with the same elements. And a
-// schedule's qp-fatal, injected, reaches a real QueuePair by its number.
+// reach its listener as the same sequence with the same elements. A netem
+// done for real is on the netdev until its netem-off. And a schedule's
+// qp-fatal, injected, reaches a real QueuePair by its number.
 // The binaries' paths come after "--": ibev-watch, then ibev-replay.
 #define BOOST_TEST_MODULE ibev_softroce_replay
 #include <boost/test/unit_test.hpp>
@@ -152,6 +153,41 @@ BOOST_AUTO_TEST_CASE(a_recorded_flap_gid_change_and_removal_replays_the_same) {
   }));
   BOOST_TEST(replayed(heard.entries()) == recorded, boost::test_tools::per_element());
   BOOST_TEST(env.errors().empty(), env.failures.summary());
+}
+
+// A netem done for real puts netem, with the schedule's loss, delay and
+// reordering, on the device's netdev (`tc qdisc replace ... root netem`), and
+// its netem-off takes it away; a netem-off with no netem there is no failure
+// (its `tc qdisc del` is allowed to fail, and says nothing).
+BOOST_AUTO_TEST_CASE(a_netem_goes_on_the_netdev_and_its_netem_off_takes_it_away) {
+  const std::string tmp = env_or("TEST_TMPDIR", "/tmp");
+  const std::string device = test_device();
+  const std::string netdev = test_netdev();
+  // The netdev's root qdisc put back as the harness made it, however the
+  // test ends.
+  struct RemoveNetem {
+    std::string netdev;
+    ~RemoveNetem() { std::system(("tc qdisc del dev " + netdev + " root 2>/dev/null").c_str()); }
+  } remove_netem{netdev};
+  // ibev-replay --real's output and exit status ("exit N", last).
+  const auto real = [&](const std::string& schedule) {
+    std::ofstream(tmp + "/netem") << schedule;
+    return command_output(binary(2) + " --schedule --real " + tmp + "/netem 2>&1; echo exit $?");
+  };
+  const auto root_qdisc = [&] { return command_output("tc qdisc show dev " + netdev + " root"); };
+  const std::string on = real("0s netem " + device + " loss=20% delay=30ms reorder=10%\n");
+  const std::regex done_on(R"(\+0\.000000 \S+ netem: /\S+/tc qdisc replace dev )" + netdev +
+                          R"( root netem delay 30000us loss 20% reorder 10%\nexit 0\n)");
+  BOOST_TEST(std::regex_match(on, done_on), on);
+  const std::string shown = root_qdisc();
+  for (const char* said : {"qdisc netem ", "delay 30", "loss 20%", "reorder 10%"}) {
+    BOOST_TEST(shown.find(said) != std::string::npos, said << " in: " << shown);
+  }
+  const std::string off = real("0s netem-off " + device + "\n1ms netem-off " + device + "\n");
+  const std::regex done_off(R"((\+0\.00\d000 \S+ netem-off: /\S+/tc qdisc del dev )" + netdev +
+                            R"( root\n){2}exit 0\n)");
+  BOOST_TEST(std::regex_match(off, done_off), off);
+  BOOST_TEST(root_qdisc().find("netem") == std::string::npos, root_qdisc());
 }
 
 // A schedule's qp-fatal names the QP by number: injected, it reaches the

@@ -32,6 +32,7 @@
 
 #include <ibev/ibev_c.h>
 
+#include "tests/capi/c_caller.h"
 #include "tests/capi/c_owned.h"
 #include "tests/support/testing.h"
 
@@ -292,10 +293,7 @@ const BadCall kBadCalls[] = {
      }},
     {"a kind that is none of the enum's", "ibev_wait_for", EINVAL, "kind 42 is none",
      [](ibev_dispatcher* d) {
-       ibev_element_kind kind;
-       const int bits = 42;  // as C code may pass
-       std::memcpy(&kind, &bits, sizeof kind);
-       return made(ibev_wait_for(d, kind, &qp_stand_in, nullptr, 100));
+       return made(ibev_test_wait_for_kind(d, 42, &qp_stand_in, nullptr, 100));
      }},
     {"attaching to a device", "ibev_attach", EINVAL, "listened to",
      [](ibev_dispatcher* d) {

@@ -74,6 +74,10 @@ namespace {
 const std::vector<std::uint64_t> kSuiteSeeds{1, 2};
 constexpr int kSuiteCases = 3;
 constexpr auto kGiveUpAfter = 3000ms;
+// Each step of an attempt (resolving, connecting): well inside
+// kGiveUpAfter, so that a lost REQ or REP costs an attempt, not the
+// session (the defaults, 2 and 5 s, are for a give_up_after of a minute).
+constexpr auto kStepTimeout = 1000ms;
 // How long `rdma link delete` of the client's device may block (the
 // two-host test's bound: ibev lets the device go within it).
 constexpr auto kDeleteBound = 20000ms;
@@ -192,15 +196,17 @@ struct Resources {
   std::string text() const {
     return std::to_string(fds) + " fds, " + std::to_string(threads) + " threads, " + objects;
   }
-  // "rxe0: pd 1 cq 2 ...; rxe1: ...", without the lines' indexes.
+  // "rxe0: pd 1 cq 2 ...; rxe1: ...", without the lines' indexes, in
+  // this order whatever the kernel's (a device added again comes last).
   static std::string rdma_objects() {
-    std::istringstream lines(command_output("rdma resource show"));
+    const std::string shown = command_output("rdma resource show");
     std::string joined;
-    for (std::string line; std::getline(lines, line);) {
-      const auto name = line.find(": ");
-      if (name == std::string::npos) continue;
-      const std::string rest = line.substr(name + 2);
-      for (const std::string& device : {test_device(), test_device2()}) {
+    for (const std::string& device : {test_device(), test_device2()}) {
+      std::istringstream lines(shown);
+      for (std::string line; std::getline(lines, line);) {
+        const auto name = line.find(": ");
+        if (name == std::string::npos) continue;
+        const std::string rest = line.substr(name + 2);
         if (rest.rfind(device + ":", 0) == 0) joined += (joined.empty() ? "" : "; ") + rest;
       }
     }
@@ -287,6 +293,7 @@ class Workload {
     CmAcceptor::Options accepting;
     accepting.make_qp = server_numbers.make_qp();
     accepting.health.recovery.policy = recovery_policy();
+    accepting.connect_timeout = kStepTimeout;
     acceptor = CmAcceptor::listen(
         server_channel, CmAddress::parse(cm_host2(), 0),
         [this](const std::shared_ptr<CmSession>& session) {
@@ -300,6 +307,8 @@ class Workload {
     options.source = CmAddress::parse(cm_host(), 0);
     options.make_qp = client_numbers.make_qp();
     options.health.recovery.policy = recovery_policy();
+    options.resolve_timeout = kStepTimeout;
+    options.connect_timeout = kStepTimeout;
     session = CmSession::connect(
         client_channel, CmAddress::parse(cm_host2(), acceptor->local_address().port()),
         [this](const HealthChange& change) {

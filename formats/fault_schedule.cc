@@ -143,18 +143,18 @@ std::string time_text(std::chrono::microseconds at) {
   return text + "ms";
 }
 
-// The fewest digits that parse_percent reads back as `value` (in 0..100).
-std::string percent_text(double value) {
+// -0 is refused: it would be written "-0%", which the reader refuses.
+bool percent(const std::optional<double>& value) {
+  return !value || (*value >= 0 && *value <= 100 && !std::signbit(*value));
+}
+
+}  // namespace
+
+std::string netem_percent_text(double value) {
   char text[400];  // the longest: a subnormal's 330-odd fixed digits
   const auto end = std::to_chars(text, text + sizeof text, value, std::chars_format::fixed).ptr;
   return std::string(text, end) + "%";
 }
-
-bool percent(const std::optional<double>& value) {
-  return !value || (*value >= 0 && *value <= 100);
-}
-
-}  // namespace
 
 bool operator==(const NetemSpec& a, const NetemSpec& b) noexcept {
   return a.loss == b.loss && a.delay == b.delay && a.reorder == b.reorder;
@@ -280,9 +280,9 @@ void write_fault_schedule(std::ostream& out, const std::vector<Fault>& faults) {
           fail(where, "a netem's delay is below 0 or past 10 s");
         }
         if (reorder_without_delay(netem)) fail(where, "a netem's reorder has no delay above 0");
-        if (netem.loss) text += " loss=" + percent_text(*netem.loss);
+        if (netem.loss) text += " loss=" + netem_percent_text(*netem.loss);
         if (netem.delay) text += " delay=" + time_text(*netem.delay);
-        if (netem.reorder) text += " reorder=" + percent_text(*netem.reorder);
+        if (netem.reorder) text += " reorder=" + netem_percent_text(*netem.reorder);
         break;
       }
       case Fault::Kind::kRemove:

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -92,19 +91,14 @@ std::string gid_address(const Fault& fault) {
 }
 
 // netem's words for `netem` (tc-netem(8)): its delay in microseconds, its
-// percentages in the fewest digits that are the same double.
+// percentages as the schedule writes them.
 std::vector<std::string> netem_words(const NetemSpec& netem) {
-  const auto percent = [](double value) {
-    char text[400];  // the longest: a subnormal's 330-odd fixed digits
-    const auto end = std::to_chars(text, text + sizeof text, value, std::chars_format::fixed).ptr;
-    return std::string(text, end) + "%";
-  };
   std::vector<std::string> words;
   if (netem.delay) {
     words.insert(words.end(), {"delay", std::to_string(netem.delay->count()) + "us"});
   }
-  if (netem.loss) words.insert(words.end(), {"loss", percent(*netem.loss)});
-  if (netem.reorder) words.insert(words.end(), {"reorder", percent(*netem.reorder)});
+  if (netem.loss) words.insert(words.end(), {"loss", netem_percent_text(*netem.loss)});
+  if (netem.reorder) words.insert(words.end(), {"reorder", netem_percent_text(*netem.reorder)});
   return words;
 }
 
@@ -186,6 +180,15 @@ Outcome check(const std::vector<Fault>& faults, const std::string& name) {
   }
   if (geteuid() != 0) {
     return {Outcome::kRefused, "--real needs root (it runs ip, rdma and tc)", {}};
+  }
+  // Every tool the schedule needs is there before its first fault is done.
+  for (const auto& fault : faults) {
+    const bool netem = fault.kind == Fault::Kind::kNetem || fault.kind == Fault::Kind::kNetemOff;
+    if (netem ? tool("tc").empty() : tool("ip").empty() || tool("rdma").empty()) {
+      return failed(Outcome::kFailed, name, fault,
+                    std::string("no ") + (netem ? "tc" : "ip or rdma") +
+                        " in /usr/sbin, /usr/bin, /sbin or /bin (package iproute2)");
+    }
   }
   std::map<std::string, bool> present;  // after the faults so far
   for (const auto& fault : faults) {

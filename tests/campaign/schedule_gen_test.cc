@@ -147,9 +147,8 @@ BOOST_AUTO_TEST_CASE(a_failure_shrinks_to_the_least_schedule_that_fails) {
   BOOST_TEST_MESSAGE("reproduced in " << runs << " runs (the shrink path's)");
 }
 
-// Bounds as they were (netem false) make the same schedules as before
-// netem bursts came: a campaign's seeds keep their schedules unless it opts
-// in.
+// Bounds as they were (netem false) make no netem burst: a campaign that
+// does not opt in is not given netem faults it cannot undo.
 BOOST_AUTO_TEST_CASE(no_netem_burst_unless_the_bounds_allow_one) {
   BOOST_TEST(!Bounds{}.netem);
   Bounds bounds = all_faults();

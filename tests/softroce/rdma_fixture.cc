@@ -57,10 +57,16 @@ std::string command_output(const std::string& command) {
   for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe.get())) > 0;) {
     output.append(buffer, n);
   }
+  const bool read_failed = std::ferror(pipe.get()) != 0;
   const int status = pclose(pipe.release());
-  if (status != 0) {
-    throw std::runtime_error("command failed (status " + std::to_string(status) +
-                             "): " + command);
+  if (status == -1) throw_errno("pclose", errno);
+  if (read_failed) throw std::runtime_error("reading the output failed: " + command);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw std::runtime_error(
+        "command failed (" +
+        (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                           : "signal " + std::to_string(WTERMSIG(status))) +
+        "): " + command);
   }
   return output;
 }

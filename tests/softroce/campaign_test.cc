@@ -26,7 +26,7 @@
 //
 // Arguments (after --): --seed N (repeatable; default the suite's fixed
 // seeds), --cases N per seed, --schedule FILE (replay one schedule),
-// --regressions FILE... (schedules that once failed, each replayed after
+// --regressions FILE... (kept schedules that failed, each replayed after
 // the seeds: tests/campaign/regressions),
 // --reproduce STRING with one --seed (one shrunk failure again),
 // --shrink-budget N. Prints per seed: schedules, faults, invariant checks,

@@ -53,12 +53,12 @@ struct NetemSpec {
 };
 
 bool operator==(const NetemSpec& a, const NetemSpec& b) noexcept;
+inline bool operator!=(const NetemSpec& a, const NetemSpec& b) noexcept { return !(a == b); }
 
 // A netem percentage (0 to 100) in the fewest digits that read back as the
 // same double, with its "%": how write_fault_schedule writes one, and what
 // tc-netem(8) takes.
 std::string netem_percent_text(double value);
-inline bool operator!=(const NetemSpec& a, const NetemSpec& b) noexcept { return !(a == b); }
 
 struct Fault {
   enum class Kind { kPortDown, kPortUp, kGidChange, kQpFatal, kRemove, kAdd, kNetem, kNetemOff };

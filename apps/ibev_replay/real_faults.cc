@@ -102,19 +102,24 @@ std::vector<std::string> netem_words(const NetemSpec& netem) {
   return words;
 }
 
+// Why the tools `fault` needs are not there (tc for a netem, ip and rdma
+// for the rest), or empty.
+std::string missing_tool(const Fault& fault) {
+  const bool netem = fault.kind == Fault::Kind::kNetem || fault.kind == Fault::Kind::kNetemOff;
+  if (netem ? !tool("tc").empty() : !tool("ip").empty() && !tool("rdma").empty()) return {};
+  return std::string("no ") + (netem ? "tc" : "ip or rdma") +
+         " in /usr/sbin, /usr/bin, /sbin or /bin (package iproute2)";
+}
+
 // The commands that do `fault`, in order, or a reason they cannot. A command
 // whose first word is "-" may fail (a gid-change's removal of an address
 // not there yet, a netem-off's of a netem not there).
 std::vector<std::vector<std::string>> commands_for(const Fault& fault, std::string& why) {
+  why = missing_tool(fault);
+  if (!why.empty()) return {};
   const std::string ip = tool("ip");
   const std::string rdma = tool("rdma");
   const std::string tc = tool("tc");
-  const bool netem = fault.kind == Fault::Kind::kNetem || fault.kind == Fault::Kind::kNetemOff;
-  if (netem ? tc.empty() : ip.empty() || rdma.empty()) {
-    why = std::string("no ") + (netem ? "tc" : "ip or rdma") +
-          " in /usr/sbin, /usr/bin, /sbin or /bin (package iproute2)";
-    return {};
-  }
   switch (fault.kind) {
     case Fault::Kind::kPortDown:
     case Fault::Kind::kPortUp:
@@ -183,12 +188,8 @@ Outcome check(const std::vector<Fault>& faults, const std::string& name) {
   }
   // Every tool the schedule needs is there before its first fault is done.
   for (const auto& fault : faults) {
-    const bool netem = fault.kind == Fault::Kind::kNetem || fault.kind == Fault::Kind::kNetemOff;
-    if (netem ? tool("tc").empty() : tool("ip").empty() || tool("rdma").empty()) {
-      return failed(Outcome::kFailed, name, fault,
-                    std::string("no ") + (netem ? "tc" : "ip or rdma") +
-                        " in /usr/sbin, /usr/bin, /sbin or /bin (package iproute2)");
-    }
+    const std::string why = missing_tool(fault);
+    if (!why.empty()) return failed(Outcome::kFailed, name, fault, why);
   }
   std::map<std::string, bool> present;  // after the faults so far
   for (const auto& fault : faults) {

@@ -423,8 +423,7 @@ struct Restore {
       return;
     }
     try {
-      run_command("rdma link show " + test_device() + "/1 >/dev/null 2>&1 || rdma link add " +
-                  test_device() + " type rxe netdev " + test_netdev());
+      add_test_device_if_gone();
       real_faults::clean_up(faults);
       run_command("ip link set " + test_netdev() + " up && ip link set " + test_netdev2() +
                   " up");

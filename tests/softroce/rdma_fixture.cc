@@ -49,6 +49,11 @@ void run_command(const std::string& command) {
   }
 }
 
+void add_test_device_if_gone() {
+  run_command("rdma link show " + test_device() + "/1 >/dev/null 2>&1 || rdma link add " +
+              test_device() + " type rxe netdev " + test_netdev());
+}
+
 std::string command_output(const std::string& command) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   if (!pipe) throw_errno("popen", errno);

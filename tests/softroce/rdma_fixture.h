@@ -33,6 +33,9 @@ inline std::string test_netdev2() { return env_or("IBEV_TEST_NETDEV2", "v1"); }
 // Runs `command` through /bin/sh; throws std::runtime_error with its exit
 // status when it fails.
 void run_command(const std::string& command);
+// The test device added again over its netdev if it is gone (a test that
+// deletes it puts it back for what runs after); throws as run_command does.
+void add_test_device_if_gone();
 // Runs `command` through /bin/sh and returns what it wrote to stdout;
 // throws as run_command does.
 std::string command_output(const std::string& command);

@@ -383,10 +383,9 @@ BOOST_AUTO_TEST_CASE(a_deleted_device_is_let_go_and_the_session_heals_on_its_re_
   // rxe0 back for what runs after, whatever fails on the way.
   struct ReAdd {
     ~ReAdd() {
-      const std::string command = "rdma link show " + test_device() + "/1 >/dev/null 2>&1 || " +
-                                  "rdma link add " + test_device() + " type rxe netdev " +
-                                  test_netdev();
-      if (std::system(command.c_str()) != 0) {
+      try {
+        add_test_device_if_gone();
+      } catch (const std::exception&) {
         std::fprintf(stderr, "could not add %s again\n", test_device().c_str());
       }
     }

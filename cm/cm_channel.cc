@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include <ibev/cm/cm_devices.h>
 #include <ibev/cm/test_seams.h>
 #include <ibev/core/failure.h>
 #include "cm_state.h"
@@ -65,7 +66,7 @@ void CmChannelState::serve() noexcept {
     bump(stats.events);
     Routed routed = resolve(*raw);
     rdma_ack_cm_event(raw);
-    if (routed.refused != nullptr) rdma_destroy_id(routed.refused);
+    if (routed.refused != nullptr) destroy_id(routed.refused);
     deliver(routed);
   }
 }

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include <ibev/cm/cm_devices.h>
 #include <ibev/core/failure.h>
 #include "cm_state.h"
 
@@ -219,7 +220,7 @@ void CmId::close() noexcept {
   {
     detail::MutexLock calls(channel_->state_->calls);
     state_->id.store(nullptr);
-    if (rdma_destroy_id(id) != 0) {
+    if (detail::destroy_id(id) != 0) {
       Failure failure = Failure::verb_failed("rdma_destroy_id", errno);
       failure.kind = Failure::Kind::kDestroyFailed;
       failure.object = id;

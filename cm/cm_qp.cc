@@ -57,13 +57,4 @@ void move_to_error(QueuePair& qp) noexcept {
   if (ibv_qp* raw = qp.get()) ibv_modify_qp(raw, &attr, IBV_QP_STATE);
 }
 
-// librdmacm opens a context of its own on every device its ids use, and
-// closes a removed device's only when it has found the device gone from
-// ibv_get_device_list (rdma_get_devices looks) and none of its ids is left
-// on it. Until then the kernel's delete waits for that context, as for any.
-void release_removed_devices() noexcept {
-  int count = 0;
-  if (ibv_context** contexts = rdma_get_devices(&count)) rdma_free_devices(contexts);
-}
-
 }  // namespace ibev::detail

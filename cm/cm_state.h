@@ -132,8 +132,6 @@ void move_qp(rdma_cm_id* id, QueuePair& qp, ibv_qp_state state,
              std::optional<std::uint8_t> rd_atomic = std::nullopt);
 // A connection that will not be: its QP stops (flushing what was posted).
 void move_to_error(QueuePair& qp) noexcept;
-// librdmacm lets go of a removed device's context (see cm_qp.cc).
-void release_removed_devices() noexcept;
 
 }  // namespace ibev::detail
 

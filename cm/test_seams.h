@@ -18,6 +18,11 @@ namespace ibev::detail::test_seams {
 // disconnecting it (#50).
 extern bool (*lose_rtu)(rdma_cm_id* id);
 
+// Called by release_removed_devices between rdma_get_devices and
+// rdma_free_devices, on the thread looking: where an id's destroy once
+// left its device's librdmacm PD allocated (cm_devices.cc).
+extern void (*inside_device_lookup)();
+
 }  // namespace ibev::detail::test_seams
 
 #endif  // IBEV_CM_TEST_SEAMS_H_

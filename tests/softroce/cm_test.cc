@@ -1,8 +1,9 @@
 // rdma_cm through ibev's handlers, end to end on soft-RoCE: connections made
 // and torn down from either side, a listener's children hearing only their
 // own events, a new id rerouted to a handler of its own, rejection with
-// private data, a refused connect, ids destroyed inside their handlers and
-// from other threads, and rdma-core's rping as the peer in both roles.
+// private data, a refused connect, ids destroyed inside their handlers, from
+// other threads and inside a look at the devices, and rdma-core's rping as
+// the peer in both roles.
 #define BOOST_TEST_MODULE ibev_softroce_cm
 #include <endian.h>
 #include <sys/wait.h>
@@ -22,7 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include <ibev/cm/cm_devices.h>
 #include <ibev/cm/cm_id.h>
+#include <ibev/cm/test_seams.h>
 
 #include "tests/softroce/cm_fixture.h"
 #include "tests/softroce/rdma_fixture.h"
@@ -240,6 +243,52 @@ BOOST_AUTO_TEST_CASE(a_forked_child_drops_an_id_whose_handler_ran_at_the_fork) {
   release.set_value();
   BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0),
              "the child ended with status " << status << " (SIGALRM: it hung)");
+}
+
+// librdmacm counts a device's users (each id on it, each rdma_get_devices
+// list) and frees the device's PD when an id's release ends the count, but
+// not when rdma_free_devices does. ibev looks at the devices (a removal
+// announced makes every channel's thread look) with the pair: an id closed
+// inside a look left its device's PD allocated until some later id on the
+// device went (#50's campaign: one PD too many after a removal). The seam
+// closes the device's only id from another thread inside a look, for 300 ms
+// (no id closes in less here); then the device's objects are back at their
+// count before the id was made.
+namespace {
+std::shared_ptr<CmId>* g_closing = nullptr;
+std::thread* g_closer = nullptr;
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_id_closed_during_a_look_at_the_devices_leaves_its_device_no_pd) {
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  const auto bound = [&] {
+    auto id = CmId::create(channel, [](const CmEvent&) {});
+    id->listen(CmAddress::parse(cm_host(), 0), 1);
+    return id;
+  };
+  bound()->close();  // librdmacm's context on the device, kept for the process's life
+  const std::string before = rdma_objects_of(test_device());
+  auto id = bound();  // librdmacm's PD on the device made
+  BOOST_TEST_REQUIRE(rdma_objects_of(test_device()) != before);
+  std::thread closer;
+  g_closing = &id;
+  g_closer = &closer;
+  detail::test_seams::inside_device_lookup = [] {
+    std::promise<void> closed;
+    auto done = closed.get_future();
+    *g_closer = std::thread([closed = std::move(closed)]() mutable {
+      (*g_closing)->close();
+      closed.set_value();
+    });
+    static_cast<void>(done.wait_for(300ms));
+  };
+  detail::release_removed_devices();
+  detail::test_seams::inside_device_lookup = nullptr;
+  BOOST_REQUIRE(closer.joinable());
+  closer.join();
+  BOOST_TEST(eventually([&] { return rdma_objects_of(test_device()) == before; }, 2s),
+             "before the id: " << before << "; now: " << rdma_objects_of(test_device()));
 }
 
 namespace {

@@ -76,6 +76,17 @@ std::string command_output(const std::string& command) {
   return output;
 }
 
+std::string rdma_objects_of(const std::string& device) {
+  std::istringstream lines(command_output("rdma resource show"));
+  for (std::string line; std::getline(lines, line);) {
+    const auto name = line.find(": ");
+    if (name == std::string::npos) continue;
+    const std::string rest = line.substr(name + 2);
+    if (rest.rfind(device + ":", 0) == 0) return rest;
+  }
+  return {};
+}
+
 ContextPtr open_device(const std::string& name) {
   int count = 0;
   std::unique_ptr<ibv_device*, void (*)(ibv_device**)> list(

@@ -39,6 +39,10 @@ void add_test_device_if_gone();
 // Runs `command` through /bin/sh and returns what it wrote to stdout;
 // throws as run_command does.
 std::string command_output(const std::string& command);
+// The kernel's count of `device`'s objects, every process's and its own
+// (`rdma resource show`: "rxe0: pd 1 cq 2 qp 1 cm_id 0 mr 0 ctx 0 srq 0",
+// without the line's index); empty when the device is not there.
+std::string rdma_objects_of(const std::string& device);
 
 struct ContextDeleter {
   void operator()(ibv_context* c) const noexcept { ibv_close_device(c); }

@@ -120,7 +120,8 @@ Failure HealthCore::fail_for_good(const std::string& why) {
   if (qp) {
     failure.device = qp->device()->context();
     failure.object = qp->get();
-    failure.what = "QP " + std::to_string(qp->qp_num()) + ": " + why;
+    // The number it had: a QP closed by then (its device removed) has none.
+    failure.what = "QP " + std::to_string(qp_num.load(std::memory_order_relaxed)) + ": " + why;
   } else {
     failure.what = "no QP yet: " + why;
   }

@@ -145,7 +145,10 @@ class RecoveryAttempt {
   // The wr_ids posted through ConnectionHealth::post_send() and not
   // delivered since the connection was last up (an earlier attempt of the
   // outage that failed listed them too), in posting order: theirs to send
-  // again, or not, once this attempt is up.
+  // again, or not, once this attempt is up. Only what was posted: a list
+  // an earlier outage's attempt gave, which the application had not posted
+  // again when this outage began (its up handler ran after the connection
+  // went down again), is not on it, and stays the application's to send.
   const std::vector<std::uint64_t>& undelivered() const noexcept;
   // This QP as its peer must now see it (Recovery::connect's port and GID
   // index, the new PSN): what the application tells the peer. In place

@@ -824,6 +824,36 @@ BOOST_AUTO_TEST_CASE(an_outage_past_give_up_after_and_a_dead_device_fail_for_goo
   BOOST_TEST(failures_of_kind(env, "connection failed") == 2u, env.failures.summary());
 }
 
+// The connection's QP closed during an outage, as its device's removal
+// closes it: past give_up_after the connection fails with one record, which
+// names the QP by the number it had. That number was read from the closed
+// QP, which threw out of the give-up (ENODEV, "handler threw") instead of
+// the record (#50's campaign: a removal, then a flap).
+BOOST_AUTO_TEST_CASE(a_qp_closed_during_an_outage_fails_with_one_record_naming_it) {
+  Env env{test_device()};
+  Changes changes;
+  Attempts attempts;
+  Forwarding link(env);
+  auto options = recovering(attempts, [](const RecoveryAttempt&) {});
+  options.recovery.policy.give_up_after = 800ms;
+  link.watch(ConnectionHealth::create(link.pair.a, changes.handler(), options));
+  const std::string named = "QP " + std::to_string(link.pair.a->qp_num()) + ": ";
+  std::atomic<bool> active{false};
+  Handle listener = env.device->on_event(EventFilter{IBV_EVENT_PORT_ACTIVE},
+                                         [&active](const Event&) { active = true; });
+  run_command("ip link set " + test_netdev() + " down");
+  BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kDown; }));
+  link.pair.a->close();
+  BOOST_REQUIRE(eventually([&] { return link.health->state() == S::kFailed; }));
+  run_command("ip link set " + test_netdev() + " up");
+  BOOST_REQUIRE(eventually([&] { return active.load(); }));
+  settle(env.dispatcher);
+  BOOST_TEST(failures_of_kind(env, "connection failed") == 1u, env.failures.summary());
+  BOOST_TEST(failures_of_kind(env, "handler threw") == 0u, env.failures.summary());
+  BOOST_TEST(env.failures.summary().find(named) != std::string::npos, env.failures.summary());
+  BOOST_TEST(changes.all().back().cause.what == "not recovered in 800 ms (0 attempts failed)");
+}
+
 BOOST_AUTO_TEST_CASE(bad_deadlines_and_recovery_are_refused) {
   Env env{test_device()};
   Pair pair(env, [](const CompletionBatch&) {});

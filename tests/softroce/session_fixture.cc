@@ -89,7 +89,15 @@ MakeQp Numbered::make_qp() {
     id.init_qp(*qp);
     for (std::uint64_t slot = 0; slot < kRecvSlots; ++slot) post_recv(*qp, *on->mr, slot);
     std::lock_guard<std::mutex> lock(mutex_);
-    undelivered_ = attempt.undelivered();
+    // Kept ahead of the attempt's list: what an earlier outage's attempt
+    // listed and resend() could not post again (down before it ran), which
+    // no QP carried since, so no list names (connection_health.h). Each
+    // number once: an outage's attempts list the same ones.
+    for (const std::uint64_t seq : attempt.undelivered()) {
+      if (std::find(undelivered_.begin(), undelivered_.end(), seq) == undelivered_.end()) {
+        undelivered_.push_back(seq);
+      }
+    }
     made_.push_back(qp);
     return qp;
   };
@@ -131,8 +139,8 @@ void Numbered::resend() {
     try {
       send(*seq);
     } catch (const std::system_error&) {
-      // Down again: the rest waits for the next up (the next attempt lists
-      // these too, unless it was made before they were taken here).
+      // Down again: the rest waits for the next up, ahead of what the next
+      // attempt lists (make_qp() adds it, now or already).
       std::lock_guard<std::mutex> lock(mutex_);
       undelivered_.insert(undelivered_.begin(), seq, again.end());
       return;
@@ -186,9 +194,12 @@ void Numbered::completed(const OnDevice* on, const ibv_wc& wc) {
   const std::string text(memory_.data() + (kSendSlots + wc.wr_id) * kSlot);
   unsigned long long seq = 0;
   const bool numbered = std::sscanf(text.c_str(), "seq %llu", &seq) == 1;
-  if (auto qp = session ? session->queue_pair() : nullptr;
-      qp && current && qp->qp_num() == wc.qp_num) {
-    post_recv(*qp, *on->mr, wc.wr_id);
+  // The slot goes back to the session's QP of the moment, if this came
+  // through it and it is open (a removed device's is closed: no number).
+  if (auto qp = session ? session->queue_pair() : nullptr; qp && current) {
+    if (const ibv_qp* raw = qp->get(); raw != nullptr && raw->qp_num == wc.qp_num) {
+      post_recv(*qp, *on->mr, wc.wr_id);
+    }
   }
   if (!numbered) return say(std::string("received garbage: ") + text);
   {

@@ -54,8 +54,13 @@ void CmChannelState::serve() noexcept {
   for (unsigned i = 0; i < batch; ++i) {
     rdma_cm_event* raw = nullptr;
     UniqueLock getting(calls);
-    const int got = rdma_get_cm_event(channel, &raw);
-    const int error = errno;
+    int got = 0;
+    int error = 0;
+    {
+      IdRelease release;  // a CONNECT_REQUEST's new id may be dropped in it
+      got = rdma_get_cm_event(channel, &raw);
+      error = errno;
+    }
     getting.unlock();
     if (got != 0) {
       if (error != EAGAIN && error != EWOULDBLOCK) {

@@ -3,25 +3,28 @@
 // each id bound to it and each list rdma_get_devices handed out. An id's
 // release that takes the count to 0 frees the device's PD (allocated when
 // an id bound to it); rdma_free_devices taking it to 0 does not (rdma-core
-// 44 to this day). So an id destroyed between ibev's rdma_get_devices and
-// its rdma_free_devices leaves the PD allocated until some later id on that
-// device goes, seen as one PD too many after a removed device came back
-// under a session's recovery (#50's campaign, once in some runs).
+// 44 to this day). So an id released between ibev's rdma_get_devices and
+// its rdma_free_devices (a look at the devices) leaves the PD allocated
+// until some later id on that device goes, seen as one PD too many after a
+// removed device came back under a session's recovery (#50's campaign).
+// An id is released by rdma_destroy_id, and inside rdma_get_cm_event when
+// librdmacm drops a CONNECT_REQUEST's new id it could not set up.
 //
-// Locking: ibev's destroys share `lookups`; a lookup takes it alone, and
-// only when it is free (try_lock): a destroy waits for the acks of its
-// id's events, which another channel's dispatching thread may be about to
-// give after its own lookup, so a lookup that waited for a destroy could
-// deadlock. A lookup that finds a destroy in flight is left `pending`, and
-// the last destroy to finish does it. Ids an application destroys through
-// librdmacm itself are not covered.
+// Locking: `mutex` is a leaf guarding the counts below and nothing else.
+// A look never waits for a release: one that would overlap a release (or
+// another look) is left `pending`, and the last release, or the look
+// running, does it when it ends. A release waits for a look running, whose
+// librdmacm calls take only librdmacm's own short-held lock: a release
+// waits for the acks of its id's events, which another channel's
+// dispatching thread may be about to give after its own look, so a look
+// that waited for releases could deadlock. Ids an application releases
+// through librdmacm itself are not covered.
 #include <ibev/cm/cm_devices.h>
 
-#include <atomic>
-#include <mutex>
-#include <shared_mutex>
+#include <condition_variable>
 
 #include <ibev/cm/test_seams.h>
+#include <ibev/core/thread_annotations.h>
 
 namespace ibev::detail {
 
@@ -29,8 +32,30 @@ void (*test_seams::inside_device_lookup)() = nullptr;
 
 namespace {
 
-std::shared_mutex lookups;
-std::atomic<bool> pending{false};
+Mutex mutex;
+std::condition_variable look_ended;
+int releasing IBEV_GUARDED_BY(mutex) = 0;     // calls that may release an id, running
+bool looking IBEV_GUARDED_BY(mutex) = false;  // a look running
+bool pending IBEV_GUARDED_BY(mutex) = false;  // a look asked for while one of those ran
+
+// Looks, and again while one was asked for meanwhile and no release runs
+// (a release running then does it when it ends). `looking` is the caller's.
+void look() noexcept {
+  for (;;) {
+    int count = 0;
+    if (ibv_context** contexts = rdma_get_devices(&count)) {
+      if (test_seams::inside_device_lookup != nullptr) test_seams::inside_device_lookup();
+      rdma_free_devices(contexts);
+    }
+    MutexLock lock(mutex);
+    if (!pending || releasing > 0) {
+      looking = false;
+      break;
+    }
+    pending = false;
+  }
+  look_ended.notify_all();
+}
 
 }  // namespace
 
@@ -39,29 +64,41 @@ std::atomic<bool> pending{false};
 // its ids is left on it. Until then the kernel's delete waits for that
 // context, as for any.
 void release_removed_devices() noexcept {
-  std::unique_lock<std::shared_mutex> alone(lookups, std::try_to_lock);
-  if (!alone.owns_lock()) {
-    pending = true;
-    // A destroy that finished before `pending` was set did not see it.
-    if (!alone.try_lock()) return;
+  {
+    MutexLock lock(mutex);
+    if (releasing > 0 || looking) {
+      pending = true;
+      return;
+    }
+    looking = true;
   }
-  pending = false;
-  int count = 0;
-  if (ibv_context** contexts = rdma_get_devices(&count)) {
-    if (test_seams::inside_device_lookup != nullptr) test_seams::inside_device_lookup();
-    rdma_free_devices(contexts);
+  look();
+}
+
+IdRelease::IdRelease() noexcept {
+  UniqueLock lock(mutex);
+  look_ended.wait(lock.native(), []() IBEV_REQUIRES(mutex) { return !looking; });
+  ++releasing;
+}
+
+IdRelease::~IdRelease() {
+  {
+    MutexLock lock(mutex);
+    if (--releasing > 0 || !pending || looking) return;
+    pending = false;
+    looking = true;
   }
+  look();
 }
 
 int destroy_id(rdma_cm_id* id) noexcept {
   int result = 0;
   int error = 0;
   {
-    std::shared_lock<std::shared_mutex> shared(lookups);
+    IdRelease release;
     result = rdma_destroy_id(id);
     error = errno;
   }
-  if (pending.exchange(false)) release_removed_devices();
   errno = error;
   return result;
 }

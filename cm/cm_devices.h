@@ -1,6 +1,7 @@
 // librdmacm's devices, as ibev's calls move them (cm_devices.cc says how
-// they are counted, and why a destroy and a look at the devices never
-// overlap). Internal to cm/ and its tests; not installed.
+// librdmacm counts them, and why a look at the devices and a call that may
+// release an id never overlap). Internal to cm/ and its tests; not
+// installed.
 #ifndef IBEV_CM_CM_DEVICES_H_
 #define IBEV_CM_CM_DEVICES_H_
 
@@ -9,12 +10,24 @@
 namespace ibev::detail {
 
 // librdmacm lets go of a removed device's context, if none of its ids is
-// left on it. Any thread; never blocks on another thread (a look that
-// would wait for a destroy is done by that destroy when it ends).
+// left on it. Any thread; never waits for another thread: a look that
+// would overlap a release (IdRelease) is done when the last one ends, on
+// its thread.
 void release_removed_devices() noexcept;
 
-// rdma_destroy_id, never within a look at the devices: its result, errno
-// as it left it. Any thread, under the id's channel's `calls`.
+// Held around a librdmacm call that may release an id (rdma_destroy_id;
+// rdma_get_cm_event, which drops a CONNECT_REQUEST's new id it could not
+// set up). Constructing waits for a look running (librdmacm's calls only);
+// the last to end does a look asked for meanwhile. Any thread.
+class IdRelease {
+ public:
+  IdRelease() noexcept;
+  ~IdRelease();
+  IdRelease(const IdRelease&) = delete;
+  IdRelease& operator=(const IdRelease&) = delete;
+};
+
+// rdma_destroy_id within an IdRelease: its result, errno as it left it.
 int destroy_id(rdma_cm_id* id) noexcept;
 
 }  // namespace ibev::detail

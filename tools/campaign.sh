@@ -19,18 +19,23 @@ cases=${3:-10}
 cd "$root"
 bazel build //tests/softroce:campaign_test_bin >&2
 binary=$(readlink -f bazel-bin/tests/softroce/campaign_test_bin)
-args=()
-for ((seed = first; seed < first + count; seed++)); do args+=(--seed "$seed"); done
 # Kept: every schedule's line, for docs/reliability.md and for whatever the
 # totals do not say.
 log=$(mktemp "${TMPDIR:-/tmp}/ibev-campaign.XXXXXX")
 started=$(date +%s)
 status=0
+# A process a seed: a seed whose harness broke (librdmacm 44.0's device
+# list can lose a device a removal and re-add left, docs/reliability.md)
+# takes no later seed with it.
 IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_run.sh --devices 2 -- \
-  "$binary" --log_level=message --color_output=no --run_test=every_schedule_keeps_the_invariants -- \
-  "${args[@]}" --cases "$cases" >"$log" 2>&1 || status=$?
+  /bin/bash -c 'status=0
+    for ((seed = $1; seed < $1 + $2; seed++)); do
+      "$0" --log_level=message --color_output=no --run_test=every_schedule_keeps_the_invariants -- \
+        --seed "$seed" --cases "$3" || status=$?
+    done
+    exit "$status"' "$binary" "$first" "$count" "$cases" >"$log" 2>&1 || status=$?
 ended=$(date +%s)
-grep -E '^campaign seed|^  reproduce|^  shrunk' "$log" || true
+grep -E '^campaign seed|^  reproduce|^  shrunk|the harness broke' "$log" || true
 awk -v s=$((ended - started)) -v status="$status" '
   /^campaign seed [0-9]+: [0-9]+ schedules/ {
     n++; sched += $4; faults += $6; checks += $8; viol += $11

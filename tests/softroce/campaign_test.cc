@@ -33,6 +33,7 @@
 // violations and the time taken (tools/campaign.sh sums them).
 #define BOOST_TEST_MODULE ibev_softroce_campaign
 #include <dirent.h>
+#include <rdma/rdma_cma.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -40,6 +41,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <future>
@@ -49,6 +51,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -200,7 +203,34 @@ struct Resources {
   std::size_t threads = 0;
   std::string objects;
   static Resources now() {
+    bind_once_on_each_device();
     return {entries("/proc/self/fd"), entries("/proc/self/task"), rdma_objects()};
+  }
+  // librdmacm opens its context on a device when an id first binds there
+  // and keeps it for the process's life; a removed device's goes with it,
+  // and the device added back gets one only when an id binds to it. An id
+  // bound on each device and destroyed before each look makes the count
+  // the schedule's, not librdmacm's (a session that never came back on the
+  // new rxe0 had one context and two fds fewer than before).
+  static void bind_once_on_each_device() {
+    std::unique_ptr<rdma_event_channel, void (*)(rdma_event_channel*)> channel(
+        rdma_create_event_channel(), rdma_destroy_event_channel);
+    if (!channel) {
+      throw std::system_error(errno, std::generic_category(), "rdma_create_event_channel");
+    }
+    for (const std::string& host : {cm_host(), cm_host2()}) {
+      rdma_cm_id* id = nullptr;
+      if (rdma_create_id(channel.get(), &id, nullptr, RDMA_PS_TCP) != 0) {
+        throw std::system_error(errno, std::generic_category(), "rdma_create_id");
+      }
+      const CmAddress address = CmAddress::parse(host, 0);
+      const int bound = rdma_bind_addr(id, const_cast<sockaddr*>(address.get()));
+      const int error = errno;
+      rdma_destroy_id(id);
+      if (bound != 0) {
+        throw std::system_error(error, std::generic_category(), "rdma_bind_addr " + host);
+      }
+    }
   }
   bool operator==(const Resources& other) const {
     return fds == other.fds && threads == other.threads && objects == other.objects;
@@ -621,7 +651,8 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     // Whose objects they are (a process's, by pid, or the kernel's, by
     // module): what a report of a leak needs first.
     violation = "(d) after teardown " + Resources::now().text() + ", before " + before.text() +
-                "; now: " + command_output("rdma resource show pd; rdma resource show cm_id");
+                "; now: " + command_output(
+                    "{ rdma resource show pd; rdma resource show cm_id; } 2>&1 || true");
   }
   return violation;
 }

@@ -233,6 +233,9 @@ struct Tally {
   std::size_t schedules = 0;
   std::size_t faults = 0;
   std::size_t checks = 0;
+  // The last schedule's sides, as they went: what a kept schedule shows of
+  // what its faults did.
+  std::string sides;
 };
 
 // How a test makes the runner's bookkeeping wrong on purpose, so that a
@@ -687,6 +690,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
                     std::to_string(policy.max_recoveries) + "): " + side->text();
       }
     }
+    tally.sides = "client " + workload.client.text() + "; server " + workload.server.text();
   }
   if (!not_restored.empty()) {
     throw std::runtime_error((violation.empty() ? "" : violation + "; then ") + not_restored);
@@ -757,7 +761,9 @@ Outcome campaign_of(std::uint64_t seed, int cases, const campaign::Bounds& withi
                                         << std::chrono::duration_cast<std::chrono::milliseconds>(
                                                Clock::now() - began)
                                                .count()
-                                        << " ms): " << (violation.empty() ? "kept" : violation)
+                                        << " ms): "
+                                        << (violation.empty() ? "kept (" + outcome.tally.sides + ")"
+                                                              : violation)
                                         << "\n" << schedule_text(faults));
         if (!violation.empty()) {
           if (runs_after_failure < 0) runs_after_failure = 0;
@@ -818,6 +824,8 @@ BOOST_AUTO_TEST_CASE(every_schedule_keeps_the_invariants) {
     BOOST_TEST_MESSAGE("replaying " << args.schedule << (why.empty() ? "" : " (" + why + ")"));
     Tally tally;
     const std::string violation = run_schedule(faults, Breakage::kNone, tally);
+    BOOST_TEST_MESSAGE("replayed: " << (violation.empty() ? "kept" : violation) << " ("
+                                    << tally.sides << ")");
     BOOST_TEST(violation.empty(), violation);
     return;
   }

@@ -12,10 +12,17 @@
 namespace ibev {
 namespace {
 
-constexpr Fault::Kind kKinds[] = {Fault::Kind::kPortDown,  Fault::Kind::kPortUp,
-                                  Fault::Kind::kGidChange, Fault::Kind::kQpFatal,
-                                  Fault::Kind::kRemove,    Fault::Kind::kAdd,
-                                  Fault::Kind::kNetem,     Fault::Kind::kNetemOff};
+constexpr Fault::Kind kKinds[] = {
+    Fault::Kind::kPortDown,      Fault::Kind::kPortUp,      Fault::Kind::kGidChange,
+    Fault::Kind::kQpFatal,       Fault::Kind::kRemove,      Fault::Kind::kAdd,
+    Fault::Kind::kNetem,         Fault::Kind::kNetemOff,    Fault::Kind::kListenerClose,
+    Fault::Kind::kListenerOpen};
+
+// A fault that takes its DEVICE and nothing else.
+bool device_only(Fault::Kind kind) {
+  return kind == Fault::Kind::kRemove || kind == Fault::Kind::kNetemOff ||
+         kind == Fault::Kind::kListenerClose || kind == Fault::Kind::kListenerOpen;
+}
 
 constexpr double kLongest = 366 * 86400.0;  // seconds: a schedule's span
 constexpr double kLongestDelay = 10.0;      // seconds: a netem's delay
@@ -178,6 +185,10 @@ std::string_view to_string(Fault::Kind kind) noexcept {
       return "netem";
     case Fault::Kind::kNetemOff:
       return "netem-off";
+    case Fault::Kind::kListenerClose:
+      return "listener-close";
+    case Fault::Kind::kListenerOpen:
+      return "listener-open";
   }
   return "invalid";
 }
@@ -208,7 +219,7 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
     if (!known) {
       fail(where, "unknown fault '" + fields[1] +
                       "' (port-down, port-up, gid-change, qp-fatal, remove, add, netem, "
-                      "netem-off)");
+                      "netem-off, listener-close, listener-open)");
     }
     fault.device = name_of(fields[2], "device", where);
     if (fault.kind == Fault::Kind::kNetem) {
@@ -216,8 +227,7 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
       faults.push_back(std::move(fault));
       continue;
     }
-    const bool takes_argument =
-        fault.kind != Fault::Kind::kRemove && fault.kind != Fault::Kind::kNetemOff;
+    const bool takes_argument = !device_only(fault.kind);
     if (fields.size() != (takes_argument ? 4u : 3u)) {
       fail(where, std::string(to_string(fault.kind)) +
                       (takes_argument ? " takes DEVICE and " : " takes DEVICE only") +
@@ -235,6 +245,8 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
         break;
       case Fault::Kind::kRemove:
       case Fault::Kind::kNetemOff:
+      case Fault::Kind::kListenerClose:
+      case Fault::Kind::kListenerOpen:
         break;
       default:
         fault.number = parse_number(fields[3], 1, 255, "the port", where);
@@ -287,6 +299,8 @@ void write_fault_schedule(std::ostream& out, const std::vector<Fault>& faults) {
       }
       case Fault::Kind::kRemove:
       case Fault::Kind::kNetemOff:
+      case Fault::Kind::kListenerClose:
+      case Fault::Kind::kListenerOpen:
         break;
       default:
         if (fault.number < 1 || fault.number > 255) fail(where, "the port is not from 1 to 255");
@@ -334,6 +348,9 @@ std::vector<RecordedLine> to_recording(const std::vector<Fault>& faults,
       case Fault::Kind::kNetem:
       case Fault::Kind::kNetemOff:
         continue;  // no RDMA event: it shows in the traffic only
+      case Fault::Kind::kListenerClose:
+      case Fault::Kind::kListenerOpen:
+        continue;  // no RDMA event: a program's listener, which it closes itself
     }
     lines.emplace_back(std::move(event));
   }

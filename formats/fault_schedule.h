@@ -10,22 +10,32 @@
 //   4s      add         rxe0    d0         # and comes back, over netdev d0
 //   5s      netem       rxe0    loss=20% delay=30ms reorder=10%
 //   6500ms  netem-off   rxe0               # its netdev's packets as before
+//   7s      listener-close rxe1            # the CM listener on rxe1 closed
+//   8s      listener-open  rxe1            # and listening again
 //
 // One fault a line, in time order; `#` starts a comment. A netem degrades
 // the packets the device's netdev sends (`tc qdisc ... netem`) until its
 // netem-off (or the next netem, which replaces it): loss=N[.N]% of them
 // dropped, each delay=TIME late (up to 10 s), reorder=N[.N]% sent at once
 // ahead of the delayed rest, which netem does only with a delay above 0;
-// each key at most once, in any order, at least one. Two drivers:
+// each key at most once, in any order, at least one. A listener-close
+// closes the application's CM listener on the device (a server that stops
+// accepting: its connections go on, a new connect request is rejected)
+// until its listener-open, which listens again on the same port. Two
+// drivers:
 // - injection, everywhere: to_recording() turns it into the events a real
 //   fault raises (PORT_ERR, PORT_ACTIVE, GID_CHANGE, QP_FATAL by number,
 //   DEVICE_FATAL), which ibev::Replay (dispatch/replay.h) injects. A netem
 //   raises no RDMA event (what it does shows in the traffic: retries,
-//   timeouts), so it injects nothing;
+//   timeouts), so it injects nothing; nor does a listener-close or
+//   listener-open (a closed listener shows only as a peer's rejected
+//   connect): the program under test does those itself, as the fault
+//   campaign's runner does;
 // - the real action, as root on a soft-RoCE host:
 //   `ibev-replay --schedule --real FILE` runs the soft-RoCE harness's
-//   commands (ip link, ip addr, rdma link, tc qdisc). qp-fatal has no real
-//   action.
+//   commands (ip link, ip addr, rdma link, tc qdisc). qp-fatal,
+//   listener-close and listener-open have no real action (the QP and the
+//   listener are a program's, not the host's).
 //
 // Thread-safety: free functions; any thread.
 #ifndef IBEV_FORMATS_FAULT_SCHEDULE_H_
@@ -61,7 +71,18 @@ inline bool operator!=(const NetemSpec& a, const NetemSpec& b) noexcept { return
 std::string netem_percent_text(double value);
 
 struct Fault {
-  enum class Kind { kPortDown, kPortUp, kGidChange, kQpFatal, kRemove, kAdd, kNetem, kNetemOff };
+  enum class Kind {
+    kPortDown,
+    kPortUp,
+    kGidChange,
+    kQpFatal,
+    kRemove,
+    kAdd,
+    kNetem,
+    kNetemOff,
+    kListenerClose,  // the CM listener on `device` closed
+    kListenerOpen,   // and listening again, on the same port
+  };
 
   std::chrono::microseconds at{0};  // from the schedule's start
   Kind kind = Kind::kPortDown;
@@ -73,7 +94,7 @@ struct Fault {
 };
 
 // "port-down", "port-up", "gid-change", "qp-fatal", "remove", "add",
-// "netem", "netem-off".
+// "netem", "netem-off", "listener-close", "listener-open".
 std::string_view to_string(Fault::Kind kind) noexcept;
 
 // Throws std::invalid_argument "NAME:LINE: why" (an unknown fault, a time
@@ -95,8 +116,8 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
 void write_fault_schedule(std::ostream& out, const std::vector<Fault>& faults);
 
 // The events (and device changes) the faults raise, as recorded at `start`
-// plus each fault's time: a replayable recording. A netem or netem-off
-// raises none, so it has no line.
+// plus each fault's time: a replayable recording. A netem, netem-off,
+// listener-close or listener-open raises none, so it has no line.
 std::vector<RecordedLine> to_recording(const std::vector<Fault>& faults,
                                        RecordingClock::time_point start);
 

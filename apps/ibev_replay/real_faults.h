@@ -27,7 +27,8 @@
 namespace ibev::real_faults {
 
 // What a check or an action came to: status 0 (done), kRefused (the
-// schedule cannot be done for real: a qp-fatal, a bad name, not root) or
+// schedule cannot be done for real: a qp-fatal, a listener-close or
+// listener-open, a bad name, not root) or
 // kFailed (a device not soft-RoCE or not there when its turn comes, a
 // command that failed), with a message "NAME:LINE: why".
 struct Outcome {
@@ -39,7 +40,8 @@ struct Outcome {
 };
 
 // Everything in `faults` checked before anything is done: each can be done
-// for real (no qp-fatal: that one is injected), names are plain, this is
+// for real (no qp-fatal: that one is injected; no listener-close or
+// listener-open: the listener is the program's), names are plain, this is
 // root, and each fault's device is there to act on when its turn comes as
 // far as the schedule says (a device removed is gone, one added is there),
 // checked against this host for a device's first fault. `name` is the

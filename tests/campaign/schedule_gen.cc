@@ -15,13 +15,13 @@ using std::chrono::milliseconds;
 
 // What one episode is; the first shrinks best (RapidCheck shrinks a choice
 // toward the first): a short flap is the quickest fault to replay.
-enum class Kind { kShortFlap, kLongFlap, kGidChange, kQpFatal, kRemove, kNetem };
+enum class Kind { kShortFlap, kLongFlap, kGidChange, kQpFatal, kRemove, kNetem, kListener };
 
 struct Episode {
   Kind kind = Kind::kShortFlap;
   std::size_t target = 0;
   int gap_ms = 0;
-  int outage_ms = 0;  // a flap's, a removal's or a netem burst's length
+  int outage_ms = 0;  // a flap's, a removal's, a netem burst's or a listener outage's length
   NetemSpec netem;    // a netem burst's
 };
 
@@ -46,7 +46,7 @@ Fault fault(milliseconds at, Fault::Kind kind, const Target& target) {
 }
 
 std::vector<Fault> to_faults(const std::vector<Episode>& episodes,
-                             const std::vector<Target>& targets) {
+                             const std::vector<Target>& targets, const Bounds& bounds) {
   std::vector<Fault> faults;
   milliseconds at{0};
   for (const Episode& episode : episodes) {
@@ -76,6 +76,14 @@ std::vector<Fault> to_faults(const std::vector<Episode>& episodes,
         at += milliseconds(episode.outage_ms);
         faults.push_back(fault(at, Fault::Kind::kNetemOff, target));
         break;
+      case Kind::kListener: {
+        // Not a target's: the listener's device (its port and netdev unused).
+        const Target listener{bounds.listener_device, "", 0};
+        faults.push_back(fault(at, Fault::Kind::kListenerClose, listener));
+        at += milliseconds(episode.outage_ms);
+        faults.push_back(fault(at, Fault::Kind::kListenerOpen, listener));
+        break;
+      }
     }
   }
   return faults;
@@ -117,11 +125,15 @@ std::string netem_invalid(const NetemSpec& netem, const Bounds& bounds) {
 
 rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds) {
   if (targets.empty()) throw std::invalid_argument("campaign::schedules: no target");
+  if (bounds.listener && bounds.listener_device.empty()) {
+    throw std::invalid_argument("campaign::schedules: listener outages with no listener_device");
+  }
   std::vector<Kind> kinds{Kind::kShortFlap, Kind::kLongFlap};
   if (bounds.gid_change) kinds.push_back(Kind::kGidChange);
   if (bounds.qp_fatal) kinds.push_back(Kind::kQpFatal);
   if (bounds.remove) kinds.push_back(Kind::kRemove);
   if (bounds.netem) kinds.push_back(Kind::kNetem);
+  if (bounds.listener) kinds.push_back(Kind::kListener);
   // The kind by its index, which shrinks toward 0 (a short flap): a long
   // flap that fails as a short one would shrinks to it.
   const auto episode = rc::gen::mapcat(
@@ -130,6 +142,7 @@ rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds
         const Kind kind = kinds[index];
         const bool lasts = kind == Kind::kShortFlap || kind == Kind::kRemove;
         const bool long_one = kind == Kind::kLongFlap;
+        const bool listener = kind == Kind::kListener;
         const auto target = rc::gen::resize(100, rc::gen::inRange<std::size_t>(0, targets.size()));
         if (kind == Kind::kNetem) {
           return rc::gen::apply(
@@ -148,9 +161,10 @@ rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds
               return Episode{kind, target, gap, outage, {}};
             },
             target, within(bounds.min_gap, bounds.max_gap),
-            long_one ? within(bounds.long_outage_min, bounds.long_outage_max)
-            : lasts  ? within(bounds.short_outage_min, bounds.short_outage_max)
-                     : rc::gen::just(0));
+            long_one   ? within(bounds.long_outage_min, bounds.long_outage_max)
+            : listener ? within(bounds.listener_min, bounds.listener_max)
+            : lasts    ? within(bounds.short_outage_min, bounds.short_outage_max)
+                       : rc::gen::just(0));
       });
   // RapidCheck drops elements of a container when it shrinks: whole
   // episodes, so never a port-down without its port-up.
@@ -159,7 +173,7 @@ rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds
                       rc::gen::container<std::vector<Episode>>(episode)),
       [targets, bounds](std::vector<Episode> episodes) {
         if (episodes.size() > bounds.max_episodes) episodes.resize(bounds.max_episodes);
-        return to_faults(episodes, targets);
+        return to_faults(episodes, targets, bounds);
       });
 }
 
@@ -170,6 +184,31 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
   for (std::size_t i = 0; i < faults.size(); ++i, ++episodes) {
     const Fault& first = faults[i];
     const std::string where = "fault " + std::to_string(i + 1) + ": ";
+    if (first.kind == Fault::Kind::kListenerClose) {
+      // The listener's device, which need not be a target.
+      if (!bounds.listener) return where + "no listener outage in these bounds";
+      if (first.device != bounds.listener_device) {
+        return where + first.device + " is not the listener's device";
+      }
+      const auto at = std::chrono::duration_cast<milliseconds>(first.at);
+      if (milliseconds(at) != first.at) return where + "not a whole ms";
+      if (!in(at - end, bounds.min_gap, bounds.max_gap)) return where + "its gap is out of bounds";
+      if (i + 1 == faults.size() || faults[i + 1].kind != Fault::Kind::kListenerOpen ||
+          faults[i + 1].device != first.device) {
+        return where + "not followed by its listener-open";
+      }
+      const auto length = std::chrono::duration_cast<milliseconds>(faults[i + 1].at) - at;
+      if (milliseconds(length) + at != faults[i + 1].at) return where + "not a whole ms";
+      if (!in(length, bounds.listener_min, bounds.listener_max)) {
+        return where + "its outage is out of bounds";
+      }
+      end = at + length;
+      ++i;
+      continue;
+    }
+    if (first.kind == Fault::Kind::kListenerOpen) {
+      return where + "a listener-open with nothing before it";
+    }
     const Target* target = nullptr;
     for (const Target& t : targets) {
       if (t.device == first.device) target = &t;
@@ -230,6 +269,9 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
       case Fault::Kind::kAdd:
       case Fault::Kind::kNetemOff:
         return where + "a " + std::string(to_string(first.kind)) + " with nothing before it";
+      case Fault::Kind::kListenerClose:
+      case Fault::Kind::kListenerOpen:
+        break;  // taken above
     }
   }
   if (episodes > bounds.max_episodes) return "more than " + std::to_string(bounds.max_episodes) + " episodes";

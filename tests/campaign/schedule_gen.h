@@ -6,16 +6,20 @@
 // a port flap (port-down, then port-up after a short or a long outage), a
 // gid-change, a device removed and added back over its netdev, a qp-fatal,
 // a netem burst (netem, then netem-off after a while: the netdev's packets
-// lost, late and reordered meanwhile). So a port-up always follows its
-// port-down, an add the remove of its device, a netem-off its netem, and a
-// device is never acted on while it is removed. A qp-fatal
+// lost, late and reordered meanwhile), a listener outage (listener-close,
+// then listener-open after a while, on the device the workload's CM
+// listener is on: new connect requests rejected meanwhile). So a port-up
+// always follows its port-down, an add the remove of its device, a
+// netem-off its netem, a listener-open its listener-close, and a device is
+// never acted on while it is removed. A qp-fatal
 // names no QP of its own (number 0): the runner injects it into the
 // workload's QP of the moment, whose number a schedule cannot know.
 //
 // Shrinking (RapidCheck's, of the episode list and each episode's numbers)
 // drops episodes and shortens gaps, outages and bursts toward their lower
 // bounds, a burst's loss toward its least and its delay and reordering
-// toward none: a failure shrinks to fewer, quicker, milder faults.
+// toward none, a listener outage toward its shortest: a failure shrinks to
+// fewer, quicker, milder faults.
 //
 // Thread-safety: values and generators only; any thread.
 #ifndef IBEV_TESTS_CAMPAIGN_SCHEDULE_GEN_H_
@@ -60,9 +64,17 @@ struct Bounds {
   int netem_loss_min = 1, netem_loss_max = 50;                 // %, whole
   std::chrono::milliseconds netem_delay_max{100};              // 0: none
   int netem_reorder_max = 25;                                  // %, whole; 0: none
+  // A listener outage: the CM listener on `listener_device` (a device the
+  // faults need not otherwise act on: the server's) closed, and listening
+  // again after the outage's length. Needs a listener_device.
+  bool listener = false;
+  std::string listener_device;
+  std::chrono::milliseconds listener_min{50}, listener_max{2000};  // the outage's length
 };
 
-// Schedules over `targets` (not empty) within `bounds`.
+// Schedules over `targets` (not empty) within `bounds`. Throws
+// std::invalid_argument for no target, or listener outages with no
+// listener_device.
 rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds);
 
 // Empty when `faults` is a schedule `schedules(targets, bounds)` could have

@@ -1,9 +1,10 @@
 // The fault campaign's schedules (tests/campaign/schedule_gen.h): every one
 // generated is valid and reads back from its file; one seed makes the same
-// schedules; every fault comes up (netem bursts only when the bounds allow
-// them); a failure shrinks to the least schedule that fails (one short flap,
-// or one netem burst, its gap, length and netem at their lowest); a file
-// that is no such schedule is told apart.
+// schedules; every fault comes up (netem bursts and listener outages only
+// when the bounds allow them); a failure shrinks to the least schedule that
+// fails (one short flap, one netem burst, its gap, length and netem at
+// their lowest, or one listener outage at its shortest); a file that is no
+// such schedule is told apart.
 #define BOOST_TEST_MODULE ibev_campaign_schedule_gen
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -24,10 +25,16 @@ namespace {
 
 const std::vector<Target> kTargets{{"rxe0", "d0", 1}, {"rxe1", "v1", 1}};
 
+// The listener's device: the server's, which is no target (as the
+// campaign's runner has it).
+const char kListener[] = "srv1";
+
 Bounds all_faults() {
   Bounds bounds;
   bounds.remove = true;
   bounds.netem = true;
+  bounds.listener = true;
+  bounds.listener_device = kListener;
   return bounds;
 }
 
@@ -72,6 +79,7 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
   std::set<std::string> seen;
   std::set<std::size_t> lengths;
   bool long_flap = false;
+  bool short_listener = false, long_listener = false;  // outages of each
   std::set<std::string> netems;  // which of a netem's keys came together
   const Bounds bounds = all_faults();
   run(
@@ -88,8 +96,14 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
             netems.insert(std::string(netem.loss ? "loss" : "") + (netem.delay ? " delay" : "") +
                           (netem.reorder ? " reorder" : ""));
           }
+          if (faults[i].kind == Fault::Kind::kListenerClose) {
+            const auto length = faults[i + 1].at - faults[i].at;
+            short_listener |= length < bounds.short_outage_max;
+            long_listener |= length >= bounds.long_outage_min;
+          }
           if (faults[i].kind == Fault::Kind::kPortDown || faults[i].kind == Fault::Kind::kRemove ||
-              faults[i].kind == Fault::Kind::kNetem) {
+              faults[i].kind == Fault::Kind::kNetem ||
+              faults[i].kind == Fault::Kind::kListenerClose) {
             ++i;
             seen.insert(std::string(ibev::to_string(faults[i].kind)) + " " + faults[i].device);
           }
@@ -104,6 +118,15 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
     }
   }
   BOOST_TEST(long_flap);
+  // The listener's faults on its device only, of short and long outages.
+  for (const char* kind : {"listener-close", "listener-open"}) {
+    BOOST_TEST(seen.count(std::string(kind) + " " + kListener) == 1u, kind);
+    for (const Target& target : kTargets) {
+      BOOST_TEST(seen.count(kind + (" " + target.device)) == 0u);
+    }
+  }
+  BOOST_TEST(short_listener);
+  BOOST_TEST(long_listener);
   // Loss alone, with a delay, and with both: never a reorder with no delay.
   BOOST_TEST((netems == std::set<std::string>{"loss", "loss delay", "loss delay reorder"}));
   for (std::size_t n = 0; n <= bounds.max_episodes; ++n) BOOST_TEST(lengths.count(n) == 1u, n);
@@ -190,6 +213,53 @@ BOOST_AUTO_TEST_CASE(a_netem_failure_shrinks_to_the_mildest_burst) {
   BOOST_TEST(text(last_failing) == "20ms netem rxe0 loss=1%\n120ms netem-off rxe0\n");
 }
 
+// Bounds as they were (listener false) make no listener outage, and a
+// schedule with one is not theirs; listener outages with no device to
+// close the listener on are refused.
+BOOST_AUTO_TEST_CASE(no_listener_outage_unless_the_bounds_allow_one) {
+  BOOST_TEST(!Bounds{}.listener);
+  Bounds bounds = all_faults();
+  bounds.listener = false;
+  std::size_t outages = 0;
+  run(
+      [&] {
+        for (const Fault& fault : *schedules(kTargets, bounds)) {
+          outages += fault.kind == Fault::Kind::kListenerClose ||
+                     fault.kind == Fault::Kind::kListenerOpen;
+        }
+      },
+      1, 300);
+  BOOST_TEST(outages == 0u);
+  std::istringstream in("0s listener-close srv1\n0.5s listener-open srv1\n");
+  const auto outage = ibev::read_fault_schedule(in, "outage");
+  BOOST_TEST(invalid(outage, kTargets, all_faults()) == "");
+  BOOST_TEST(invalid(outage, kTargets, bounds) == "fault 1: no listener outage in these bounds");
+  Bounds nowhere = all_faults();
+  nowhere.listener_device.clear();
+  BOOST_CHECK_THROW(schedules(kTargets, nowhere), std::invalid_argument);
+}
+
+// A property that fails whenever the listener closes: it shrinks to one
+// outage at its lowest gap and length.
+BOOST_AUTO_TEST_CASE(a_listener_failure_shrinks_to_the_shortest_outage) {
+  Bounds bounds = all_faults();
+  bounds.min_gap = 20ms;
+  std::vector<Fault> last_failing;
+  const auto result = run(
+      [&] {
+        const auto faults = *schedules(kTargets, bounds);
+        for (const Fault& fault : faults) {
+          if (fault.kind == Fault::Kind::kListenerClose) {
+            last_failing = faults;
+            RC_FAIL("the listener closed");
+          }
+        }
+      },
+      5, 100);
+  BOOST_REQUIRE(result.is<rc::detail::FailureResult>());
+  BOOST_TEST(text(last_failing) == "20ms listener-close srv1\n70ms listener-open srv1\n");
+}
+
 namespace {
 struct Bad {
   const char* schedule;
@@ -233,6 +303,20 @@ const Bad kBad[] = {
      "its reorder is not a whole % in bounds"},
     {"0s netem rxe2 loss=1%\n0.5s netem-off rxe2\n", "rxe2 is no target"},
     {"0s netem rxe0 loss=1%\n0.5s netem-off rxe0\n1.6s gid-change rxe0 1\n",
+     "fault 3: its gap is out of bounds"},
+    {"0s listener-open srv1\n", "fault 1: a listener-open with nothing before it"},
+    {"0s listener-close srv1\n", "fault 1: not followed by its listener-open"},
+    {"0s listener-close srv1\n0.5s listener-open rxe1\n", "not followed by its listener-open"},
+    {"0s listener-close srv1\n0.1s port-down rxe0 1\n0.3s port-up rxe0 1\n"
+     "1s listener-open srv1\n",
+     "fault 1: not followed by its listener-open"},
+    {"0s listener-close rxe1\n0.5s listener-open rxe1\n", "rxe1 is not the listener's device"},
+    {"0s listener-close srv1\n0.049s listener-open srv1\n", "fault 1: its outage is out of bounds"},
+    {"0s listener-close srv1\n2.001s listener-open srv1\n", "its outage is out of bounds"},
+    {"0s listener-close srv1\n0.5005s listener-open srv1\n", "not a whole ms"},
+    {"0.5005s listener-close srv1\n1s listener-open srv1\n", "fault 1: not a whole ms"},
+    {"1.1s listener-close srv1\n1.5s listener-open srv1\n", "fault 1: its gap is out of bounds"},
+    {"0s listener-close srv1\n0.5s listener-open srv1\n1.6s gid-change rxe0 1\n",
      "fault 3: its gap is out of bounds"},
 };
 }  // namespace

@@ -33,13 +33,15 @@ const char kSchedule[] =
     "3s      remove      rxe0\n"
     "4s      add         rxe0    d0\n"
     "5s      netem       rxe0    loss=20% delay=30ms reorder=10%\n"
-    "6500ms  netem-off   rxe0\n";
+    "6500ms  netem-off   rxe0\n"
+    "7s      listener-close rxe1\n"
+    "8s      listener-open  rxe1\n";
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_fault_reads) {
   const auto faults = read(kSchedule);
-  BOOST_REQUIRE_EQUAL(faults.size(), 8u);
+  BOOST_REQUIRE_EQUAL(faults.size(), 10u);
   BOOST_TEST((faults[0].kind == Fault::Kind::kPortDown && faults[0].number == 1u));
   BOOST_TEST((faults[1].at == 1500ms && faults[1].kind == Fault::Kind::kPortUp));
   BOOST_TEST((faults[2].kind == Fault::Kind::kGidChange && faults[2].number == 2u));
@@ -53,6 +55,12 @@ BOOST_AUTO_TEST_CASE(every_fault_reads) {
   BOOST_TEST((faults[6].netem.reorder == std::optional<double>(10)));
   BOOST_TEST((faults[7].at == 6500ms && faults[7].kind == Fault::Kind::kNetemOff));
   BOOST_TEST(ibev::to_string(Fault::Kind::kNetemOff) == "netem-off");
+  BOOST_TEST((faults[8].at == 7s && faults[8].kind == Fault::Kind::kListenerClose));
+  BOOST_TEST((faults[8].device == "rxe1" && faults[8].number == 0u && faults[8].netdev.empty()));
+  BOOST_TEST((faults[9].at == 8s && faults[9].kind == Fault::Kind::kListenerOpen));
+  BOOST_TEST(faults[9].line == 12);
+  BOOST_TEST(ibev::to_string(Fault::Kind::kListenerClose) == "listener-close");
+  BOOST_TEST(ibev::to_string(Fault::Kind::kListenerOpen) == "listener-open");
 }
 
 namespace {
@@ -103,7 +111,9 @@ BOOST_AUTO_TEST_CASE(faults_become_the_events_real_ones_raise) {
   BOOST_TEST((event(4).loss == ibev::DeviceLoss::kRemoved));
   BOOST_TEST(!std::get<ibev::RecordedChange>(lines[5]).added);
   BOOST_TEST(std::get<ibev::RecordedChange>(lines[6]).added);
-  // The netem and its netem-off raise no event: nothing after the add.
+  // The netem and its netem-off, and the listener's close and open (the
+  // program's own, which it does itself), raise no event: nothing after
+  // the add.
 }
 
 struct Bad {
@@ -149,6 +159,14 @@ const Bad kBad[] = {
     {"1s netem rxe0 reorder=10% delay=0ms\n", "netem's reorder needs a delay above 0"},
     {"1s netem-off rxe0 1\n", "netem-off takes DEVICE only"},
     {"1s netem-off\n", "faults.txt:1: expected: TIME FAULT DEVICE"},
+    {"1s listener-close rxe1 1\n", "faults.txt:1: listener-close takes DEVICE only"},
+    {"1s listener-open rxe1 4791\n", "faults.txt:1: listener-open takes DEVICE only"},
+    {"1s listener-open\n", "faults.txt:1: expected: TIME FAULT DEVICE"},
+    {"1s listener-close rx\x01" "e1\n",
+     "the device 'rx\x01" "e1' is not a name of printable ASCII"},
+    {"1s listener-shut rxe1\n",
+     "faults.txt:1: unknown fault 'listener-shut' (port-down, port-up, gid-change, qp-fatal, "
+     "remove, add, netem, netem-off, listener-close, listener-open)"},
 };
 
 BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::data::make(kBad), b) {
@@ -204,6 +222,9 @@ const Written kWritten[] = {
       netem_fault(1s, "rxe1", netem(kNone, 1us, kNone)),
       netem_fault(2s, "rxe1", netem(kNone, 10s, 100)), fault(3s, K::kNetemOff, "rxe0"),
       fault(3s, K::kNetemOff, "rxe1")}},
+    {"listener faults",
+     {fault(0us, K::kListenerClose, "rxe1"), fault(1500ms, K::kListenerOpen, "rxe1"),
+      fault(1500ms, K::kListenerClose, "mlx5_0"), fault(4001001us, K::kListenerOpen, "mlx5_0")}},
     // Each written in the fewest digits that read back the same double.
     {"percentages to the last bit",
      {netem_fault(0us, "rxe0", netem(0.1, 1001us, 1.0 / 3)),
@@ -262,6 +283,12 @@ const Unwritable kUnwritable[] = {
     {"a device with a space", {fault(0us, K::kRemove, "rxe 0")}, "is not one word"},
     {"a device with a comment", {fault(0us, K::kRemove, "rxe#0")}, "is not one word"},
     {"an add with no netdev", {fault(0us, K::kAdd, "rxe0")}, "the netdev '' is not one word"},
+    {"a listener-close with no device",
+     {fault(0us, K::kListenerClose, "")},
+     "fault 1: the device '' is not one word"},
+    {"a listener-open on a device with a space",
+     {fault(0us, K::kListenerOpen, "rxe 1")},
+     "fault 1: the device 'rxe 1' is not one word"},
     {"a netem of nothing", {fault(0us, K::kNetem, "rxe0")}, "fault 1: a netem of nothing"},
     {"a loss past 100 %",
      {netem_fault(0us, "rxe0", netem(100.5, kNone, kNone))},

@@ -4,7 +4,8 @@
 // 1..255, QP numbers of 24 bits, an argument where one is due, a netem's
 // keys within netem's bounds), write_fault_schedule() must write it as it
 // reads back, and the recording to_recording() makes of it (nothing for a
-// netem) must survive the recording writer and reader (recording_check.h).
+// netem or a listener's close or open) must survive the recording writer
+// and reader (recording_check.h).
 // tools/fuzz.sh builds and runs it.
 #include <cstddef>
 #include <chrono>
@@ -30,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   std::size_t removes = 0;
-  std::size_t netems = 0;
+  std::size_t silent = 0;  // faults that raise no event: netem, listener
   for (std::size_t i = 0; i < faults.size(); ++i) {
     const Fault& fault = faults[i];
     const std::string where =
@@ -72,11 +73,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (netem.reorder && !(netem.delay && netem.delay->count() > 0)) {
           ibev::fuzz::broken(where + ": a netem's reorder with no delay");
         }
-        ++netems;
+        ++silent;
         break;
       }
       case Fault::Kind::kNetemOff:
-        ++netems;
+      case Fault::Kind::kListenerClose:
+      case Fault::Kind::kListenerOpen:
+        if (fault.number != 0 || !fault.netdev.empty()) {
+          ibev::fuzz::broken(where + ": an argument on a fault that takes DEVICE only");
+        }
+        ++silent;
         break;
     }
   }
@@ -105,7 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const std::vector<ibev::RecordedLine> lines =
       ibev::to_recording(faults, ibev::RecordingClock::time_point{});
-  if (lines.size() != faults.size() + removes - netems) {
+  if (lines.size() != faults.size() + removes - silent) {
     ibev::fuzz::broken("to_recording made " + std::to_string(lines.size()) + " lines of " +
                        std::to_string(faults.size()) + " faults");
   }

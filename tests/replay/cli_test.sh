@@ -44,6 +44,8 @@ cat >"$dir/faults" <<'FAULTS'
 3.5s    add         rxe0    d0
 4s      netem       rxe0    loss=20% delay=30ms
 5s      netem-off   rxe0
+6s      listener-close rxe1
+7s      listener-open  rxe1
 FAULTS
 expect "a schedule prints its events" test "$(run --schedule "$dir/faults")" = 0
 expect "... in order" diff -u - "$out" <<'EXPECTED'
@@ -57,6 +59,10 @@ EXPECTED
 expect "--real refuses qp-fatal before doing anything (exit 1)" \
   test "$(run --schedule --real "$dir/faults")" = 1
 expect "... naming its line" grep -q 'faults:4: qp-fatal has no real action' "$err"
+printf '0s port-down rxe0 1\n1s listener-close rxe1\n2s listener-open rxe1\n' >"$dir/listener"
+expect "--real refuses listener-close before doing anything (exit 1)" \
+  test "$(run --schedule --real "$dir/listener")" = 1
+expect "... naming its line" grep -q 'listener:2: listener-close has no real action' "$err"
 printf '0s port-down ../../x 1\n' >"$dir/path"
 expect "--real refuses a name that is a path (exit 1)" test "$(run -s -r "$dir/path")" = 1
 expect "... naming it" grep -q "path:1: '../../x' is not a device or netdev name" "$err"

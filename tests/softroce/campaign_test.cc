@@ -3,8 +3,16 @@
 // as `ibev-replay --schedule --real` does them) on rxe0's veth end while a
 // CmSession from rxe0 and its CmAcceptor on rxe1 (softroce_run.sh --devices
 // 2, each side with its own Dispatcher, as two hosts) carry numbered
-// messages, and after each schedule the invariants ibev's recovery promises:
-//   (a) each side is up or failed within give_up_after + 1 s of the last fault;
+// messages; qp-fatals and the listener's outages are the runner's own (a
+// qp-fatal injected into the client's QP of the moment; a listener-close
+// closes the server's CmAcceptor on rxe1, whose sessions go on, and its
+// listener-open listens again with a new CmAcceptor on the same port, which
+// knows none of the old one's sessions: a client reconnecting after it is a
+// new server session, and an old one that was down fails after
+// give_up_after); after each schedule the invariants ibev's recovery
+// promises:
+//   (a) each side (the client, the server's latest session) is up or failed
+//       within give_up_after + 1 s of the last fault;
 //   (b) a failed side was told so exactly once, and the Dispatcher reported
 //       one "connection failed" for it; an up one none;
 //   (c) with the session up, every message posted through it arrived
@@ -21,8 +29,8 @@
 // reproduce string, is shrunk (fewer faults, shorter gaps) within a budget of
 // runs, and the least schedule that still fails is written as a fault
 // schedule file (into TEST_UNDECLARED_OUTPUTS_DIR when set) that this
-// runner's --schedule mode and, without its qp-fatals, `ibev-replay
-// --schedule --real` replay.
+// runner's --schedule mode and, without its qp-fatals and listener faults,
+// `ibev-replay --schedule --real` replay.
 //
 // Arguments (after --): --seed N (repeatable; default the suite's fixed
 // seeds), --cases N per seed, --schedule FILE (replay one schedule),
@@ -45,6 +53,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -163,7 +172,8 @@ const std::vector<campaign::Target>& targets() {
 // The schedules this workload takes on rxe0, the client's device: flaps,
 // gid-changes, qp-fatals, its removal and re-add, netem bursts on its
 // netdev (the generator's default loss, delay and reordering); the server,
-// on rxe1, keeps its device.
+// on rxe1, keeps its device, and its listener closes for a while (the
+// generator's default outage, 50 ms to 2 s).
 campaign::Bounds bounds() {
   campaign::Bounds made;
   made.remove = true;
@@ -173,6 +183,8 @@ campaign::Bounds bounds() {
   made.long_outage_min = 1000ms;
   made.long_outage_max = 2000ms;
   made.netem = true;
+  made.listener = true;
+  made.listener_device = test_device2();
   return made;
 }
 
@@ -184,6 +196,7 @@ campaign::Bounds flaps_only() {
   made.qp_fatal = false;
   made.remove = false;
   made.netem = false;
+  made.listener = false;
   return made;
 }
 
@@ -250,20 +263,27 @@ struct Tally {
   std::size_t schedules = 0;
   std::size_t faults = 0;
   std::size_t checks = 0;
+  // The last schedule's sides, as they went: what a kept schedule shows of
+  // what its faults did.
+  std::string sides;
 };
 
 // How a test makes the runner's bookkeeping wrong on purpose, so that a
 // violation is seen, shrunk and written (item 6 of the issue).
 enum class Breakage { kNone, kForgetAMessageAtAPortDown };
 
-// One side's changes: its states in order, when each came, and why for a
-// down or a failure.
+// One side's changes: its states in order, when each came, why for a
+// down or a failure, and whose: the server's sessions of each acceptor are
+// told apart (`acceptor`, 0 the first), as an acceptor listening again
+// after a listener-close knows none of the last one's, and its session for
+// the same client is one of its own.
 class Side {
  public:
-  void heard(const HealthChange& change) {
+  void heard(const HealthChange& change, std::size_t acceptor = 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     states_.push_back(change.to);
     times_.push_back(Clock::now());
+    acceptors_.push_back(acceptor);
     // A down or a failure says why: a violation's report needs it.
     const bool why = change.to == ConnectionState::kDown || change.to == ConnectionState::kFailed;
     causes_.push_back(why ? change.cause.what : std::string());
@@ -277,17 +297,19 @@ class Side {
   // The most recoveries (an up after an up of the same session) within any
   // `window`, less `slack`: the times are the handlers', which may come
   // later than the recovery's own clock counted them. A failure ends a
-  // session (the server's next is a session of its own).
+  // session (the server's next is a session of its own), and so does a new
+  // acceptor: its session's first up is no recovery, though the last
+  // acceptor's session, down, has not failed yet.
   std::size_t most_recoveries_within(std::chrono::milliseconds window,
                                      std::chrono::milliseconds slack) {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Clock::time_point> ups;
-    bool was_up = false;
+    std::map<std::size_t, bool> was_up;  // by acceptor
     for (std::size_t i = 0; i < states_.size(); ++i) {
-      if (states_[i] == ConnectionState::kFailed) was_up = false;
+      if (states_[i] == ConnectionState::kFailed) was_up[acceptors_[i]] = false;
       if (states_[i] != ConnectionState::kUp) continue;
-      if (was_up) ups.push_back(times_[i]);
-      was_up = true;
+      if (was_up[acceptors_[i]]) ups.push_back(times_[i]);
+      was_up[acceptors_[i]] = true;
     }
     std::size_t most = 0;
     for (std::size_t first = 0, last = 0; last < ups.size(); ++last) {
@@ -300,7 +322,12 @@ class Side {
     std::lock_guard<std::mutex> lock(mutex_);
     std::string line;
     for (std::size_t i = 0; i < states_.size(); ++i) {
-      line += (line.empty() ? "" : " ") + std::string(to_string(states_[i]));
+      line += line.empty() ? "" : " ";
+      // "[acceptor 2] up": where the acceptor of the change is not the last one's.
+      if (acceptors_[i] != (i == 0 ? 0 : acceptors_[i - 1])) {
+        line += "[acceptor " + std::to_string(acceptors_[i] + 1) + "] ";
+      }
+      line += std::string(to_string(states_[i]));
       if (!causes_[i].empty()) line += " (" + causes_[i] + ")";
     }
     return line;
@@ -311,12 +338,15 @@ class Side {
   std::vector<ConnectionState> states_;
   std::vector<Clock::time_point> times_;
   std::vector<std::string> causes_;
+  std::vector<std::size_t> acceptors_;
 };
 
 // The workload, as two hosts would have it: an acceptor on rxe1 (cm_host2())
 // and a client session from rxe0 (cm_host()) to it, each side with its own
 // Dispatcher, the client sending numbered messages every 10 ms while up,
-// from a thread of its own; what it posted is kept.
+// from a thread of its own; what it posted is kept. The acceptor closes at
+// a listener-close and a new one listens on its port at a listener-open
+// (the runner's thread does both, and the teardown).
 class Workload {
  public:
   Workload()
@@ -326,18 +356,8 @@ class Workload {
         server_channel(CmEventChannel::create(server_env.dispatcher)),
         client_numbers(client_env),
         server_numbers(server_env) {
-    CmAcceptor::Options accepting;
-    accepting.make_qp = server_numbers.make_qp();
-    accepting.health.recovery.policy = recovery_policy();
-    accepting.connect_timeout = kStepTimeout;
-    acceptor = CmAcceptor::listen(
-        server_channel, CmAddress::parse(cm_host2(), 0),
-        [this](const std::shared_ptr<CmSession>& session) {
-          std::lock_guard<std::mutex> lock(mutex_);
-          server_sessions_.push_back(session);
-          server_numbers.attach(session);
-        },
-        [this](std::uint64_t, const HealthChange& change) { server.heard(change); }, accepting);
+    acceptor = listen(0);
+    port_ = acceptor->local_address().port();
     CmSession::Options options;
     options.id = 42;
     options.source = CmAddress::parse(cm_host(), 0);
@@ -346,7 +366,7 @@ class Workload {
     options.resolve_timeout = kStepTimeout;
     options.connect_timeout = kStepTimeout;
     session = CmSession::connect(
-        client_channel, CmAddress::parse(cm_host2(), acceptor->local_address().port()),
+        client_channel, CmAddress::parse(cm_host2(), port_),
         [this](const HealthChange& change) {
           client.heard(change);
           if (change.to == ConnectionState::kUp) client_numbers.resend();
@@ -357,8 +377,8 @@ class Workload {
 
   ~Workload() {
     stop_sending();
-    // As cm_session.h says: the acceptor, then the client, then the
-    // server's sessions.
+    // As cm_session.h says: the acceptor (the current one: an earlier one
+    // is closed already), then the client, then the server's sessions.
     acceptor->close();
     session->close();
     std::vector<std::shared_ptr<CmSession>> sessions;
@@ -368,6 +388,13 @@ class Workload {
     }
     for (const auto& s : sessions) s->close();
   }
+
+  // listener-close: the acceptor stops listening; its sessions go on.
+  void close_listener() { acceptor->close(); }
+  // listener-open: a new acceptor on the first one's port (the client's
+  // destination), with the same options and callbacks; its sessions' changes
+  // are told apart from the last one's (Side).
+  void open_listener() { acceptor = listen(port_); }
 
   void start_sending() {
     sender_ = std::thread([this] {
@@ -418,10 +445,31 @@ class Workload {
   Side server;
   Numbered client_numbers;
   Numbered server_numbers;
-  std::shared_ptr<CmAcceptor> acceptor;
+  std::shared_ptr<CmAcceptor> acceptor;  // the current one
   std::shared_ptr<CmSession> session;
 
  private:
+  // The server's acceptor, on rxe1 at `port` (0: any), its sessions kept
+  // with every other acceptor's, the latest last.
+  std::shared_ptr<CmAcceptor> listen(std::uint16_t port) {
+    CmAcceptor::Options accepting;
+    accepting.make_qp = server_numbers.make_qp();
+    accepting.health.recovery.policy = recovery_policy();
+    accepting.connect_timeout = kStepTimeout;
+    const std::size_t which = acceptors_++;
+    return CmAcceptor::listen(
+        server_channel, CmAddress::parse(cm_host2(), port),
+        [this](const std::shared_ptr<CmSession>& session) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          server_sessions_.push_back(session);
+          server_numbers.attach(session);
+        },
+        [this, which](std::uint64_t, const HealthChange& change) { server.heard(change, which); },
+        accepting);
+  }
+
+  std::uint16_t port_ = 0;
+  std::size_t acceptors_ = 0;  // made so far
   std::mutex mutex_;
   std::vector<std::shared_ptr<CmSession>> server_sessions_;
   std::set<std::uint64_t> posted_;
@@ -475,9 +523,14 @@ std::size_t lines_starting(Env& env, const std::string& kind) {
 // or the first violation. Throws std::runtime_error for what is no
 // violation but a broken harness (a fault that could not be done).
 std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Tally& tally) {
+  // The runner's own faults left out: the rest are the host's.
+  const auto runners = [](const Fault& fault) {
+    return fault.kind == Fault::Kind::kQpFatal || fault.kind == Fault::Kind::kListenerClose ||
+           fault.kind == Fault::Kind::kListenerOpen;
+  };
   std::vector<Fault> real;
   for (const Fault& fault : faults) {
-    if (fault.kind != Fault::Kind::kQpFatal) real.push_back(fault);
+    if (!runners(fault)) real.push_back(fault);
   }
   const auto checked = real_faults::check(real, "schedule");
   if (checked.status != 0) throw std::runtime_error(checked.message);
@@ -523,6 +576,16 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
           } catch (const std::invalid_argument&) {
           }
         }
+        continue;
+      }
+      // The server's listener (the schedule names its device, rxe1: the
+      // acceptor is there).
+      if (fault.kind == Fault::Kind::kListenerClose) {
+        workload.close_listener();
+        continue;
+      }
+      if (fault.kind == Fault::Kind::kListenerOpen) {
+        workload.open_listener();
         continue;
       }
       if (breakage == Breakage::kForgetAMessageAtAPortDown && !forgotten &&
@@ -583,27 +646,45 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     // (b) each failed session told so once, and reported once.
     ++tally.checks;
     if (violation.empty()) {
-      std::size_t failed = client_failed ? 1 : 0;
-      for (const auto& s : workload.server_sessions()) {
-        failed += s->health().state() == ConnectionState::kFailed ? 1 : 0;
-      }
-      // The handlers hear the failure after state() shows it (on the
-      // Dispatchers' threads): waited for, then counted.
-      const auto told = [&] {
-        return workload.client.count(ConnectionState::kFailed) +
+      // Counted again at each look, after what was told and reported: a
+      // session (a) did not wait for may fail meanwhile (the session of the
+      // acceptor before a listener-open, down when its client came back as
+      // another acceptor's session, fails give_up_after after it went down,
+      // which may be after the last fault), so a count of the failed taken
+      // once, before, would make its failure, told, look told twice. The
+      // handlers hear a failure after state() shows it (on the Dispatchers'
+      // threads): waited for until the counts agree; a failure told or
+      // reported twice, or never, keeps them apart.
+      const auto failed_now = [&] {
+        std::size_t n = workload.session->health().state() == ConnectionState::kFailed ? 1 : 0;
+        for (const auto& s : workload.server_sessions()) {
+          n += s->health().state() == ConnectionState::kFailed ? 1 : 0;
+        }
+        return n;
+      };
+      std::size_t told = 0, reported = 0, failed = 0;
+      const auto look = [&] {
+        told = workload.client.count(ConnectionState::kFailed) +
                workload.server.count(ConnectionState::kFailed);
+        reported = lines_starting(workload.client_env, "connection failed") +
+                   lines_starting(workload.server_env, "connection failed");
+        failed = failed_now();
       };
-      const auto reported = [&] {
-        return lines_starting(workload.client_env, "connection failed") +
-               lines_starting(workload.server_env, "connection failed");
+      const auto all_told = [&] {
+        look();
+        return told == failed;
       };
-      if (!eventually([&] { return told() >= failed; }, 5s) || told() != failed) {
+      const auto all_reported = [&] {
+        look();
+        return reported == failed;
+      };
+      if (!eventually(all_told, 5s)) {
         violation = "(b) " + std::to_string(failed) + " sessions failed, told " +
-                    std::to_string(told()) + " times: client " + workload.client.text() +
+                    std::to_string(told) + " times: client " + workload.client.text() +
                     "; server " + workload.server.text();
-      } else if (!eventually([&] { return reported() >= failed; }, 5s) || reported() != failed) {
+      } else if (!eventually(all_reported, 5s)) {
         violation = "(b) " + std::to_string(failed) + " sessions failed, " +
-                    std::to_string(reported()) + " 'connection failed' reports: client " +
+                    std::to_string(reported) + " 'connection failed' reports: client " +
                     workload.client_env.failures.summary() + "; server " +
                     workload.server_env.failures.summary();
       }
@@ -639,6 +720,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
                     std::to_string(policy.max_recoveries) + "): " + side->text();
       }
     }
+    tally.sides = "client " + workload.client.text() + "; server " + workload.server.text();
   }
   if (!not_restored.empty()) {
     throw std::runtime_error((violation.empty() ? "" : violation + "; then ") + not_restored);
@@ -710,7 +792,9 @@ Outcome campaign_of(std::uint64_t seed, int cases, const campaign::Bounds& withi
                                         << std::chrono::duration_cast<std::chrono::milliseconds>(
                                                Clock::now() - began)
                                                .count()
-                                        << " ms): " << (violation.empty() ? "kept" : violation)
+                                        << " ms): "
+                                        << (violation.empty() ? "kept (" + outcome.tally.sides + ")"
+                                                              : violation)
                                         << "\n" << schedule_text(faults));
         if (!violation.empty()) {
           if (runs_after_failure < 0) runs_after_failure = 0;
@@ -771,6 +855,8 @@ BOOST_AUTO_TEST_CASE(every_schedule_keeps_the_invariants) {
     BOOST_TEST_MESSAGE("replaying " << args.schedule << (why.empty() ? "" : " (" + why + ")"));
     Tally tally;
     const std::string violation = run_schedule(faults, Breakage::kNone, tally);
+    BOOST_TEST_MESSAGE("replayed: " << (violation.empty() ? "kept" : violation) << " ("
+                                    << tally.sides << ")");
     BOOST_TEST(violation.empty(), violation);
     return;
   }

@@ -111,23 +111,6 @@ std::string missing_tool(const Fault& fault) {
          " in /usr/sbin, /usr/bin, /sbin or /bin (package iproute2)";
 }
 
-// Why `fault` is not the host's to do (a qp-fatal, a listener's close or
-// open: a program's QP and listener, injected or done by the program), or
-// empty.
-std::string not_real(const Fault& fault) {
-  switch (fault.kind) {
-    case Fault::Kind::kQpFatal:
-      return "qp-fatal has no real action (inject it: ibev::Replay)";
-    case Fault::Kind::kListenerClose:
-    case Fault::Kind::kListenerOpen:
-      return std::string(to_string(fault.kind)) +
-             " has no real action (the listener is the program's: the program under test "
-             "closes and opens it, as the fault campaign's runner does)";
-    default:
-      return {};
-  }
-}
-
 // The commands that do `fault`, in order, or a reason they cannot. A command
 // whose first word is "-" may fail (a gid-change's removal of an address
 // not there yet, a netem-off's of a netem not there).
@@ -188,6 +171,20 @@ Outcome failed(int status, const std::string& name, const Fault& fault, const st
 }
 
 }  // namespace
+
+std::string not_real(const Fault& fault) {
+  switch (fault.kind) {
+    case Fault::Kind::kQpFatal:
+      return "qp-fatal has no real action (inject it: ibev::Replay)";
+    case Fault::Kind::kListenerClose:
+    case Fault::Kind::kListenerOpen:
+      return std::string(to_string(fault.kind)) +
+             " has no real action (the listener is the program's: the program under test "
+             "closes and opens it, as the fault campaign's runner does)";
+    default:
+      return {};
+  }
+}
 
 Outcome check(const std::vector<Fault>& faults, const std::string& name) {
   for (const auto& fault : faults) {

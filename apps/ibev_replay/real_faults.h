@@ -39,6 +39,11 @@ struct Outcome {
   std::string command;  // done: the command that did the fault, last
 };
 
+// Why `fault` is not the host's to do (a qp-fatal, a listener's close or
+// open: a program's QP and listener, injected or done by the program, as
+// the fault campaign's runner does), or empty.
+std::string not_real(const Fault& fault);
+
 // Everything in `faults` checked before anything is done: each can be done
 // for real (no qp-fatal: that one is injected; no listener-close or
 // listener-open: the listener is the program's), names are plain, this is

@@ -38,8 +38,8 @@ int releasing IBEV_GUARDED_BY(mutex) = 0;     // calls that may release an id, r
 bool looking IBEV_GUARDED_BY(mutex) = false;  // a look running
 bool pending IBEV_GUARDED_BY(mutex) = false;  // a look asked for while one of those ran
 
-// Looks, and again while one was asked for meanwhile and no release runs
-// (a release running then does it when it ends). `looking` is the caller's.
+// Looks, and again while another was asked for meanwhile (no release
+// runs during a look: IdRelease waits for it). `looking` is the caller's.
 void look() noexcept {
   for (;;) {
     int count = 0;
@@ -48,7 +48,7 @@ void look() noexcept {
       rdma_free_devices(contexts);
     }
     MutexLock lock(mutex);
-    if (!pending || releasing > 0) {
+    if (!pending) {
       looking = false;
       break;
     }

@@ -181,6 +181,19 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
                     const Bounds& bounds) {
   milliseconds end{0};  // of the last episode
   std::size_t episodes = 0;
+  // An episode's end: the fault after faults[i] (at `at`) must be its
+  // `back` on the same device, a whole number of ms later; why not, or
+  // empty with `length` set.
+  const auto closed_by = [&faults](std::size_t i, Fault::Kind back, milliseconds at,
+                                   milliseconds& length) -> std::string {
+    if (i + 1 == faults.size() || faults[i + 1].kind != back ||
+        faults[i + 1].device != faults[i].device) {
+      return "not followed by its " + std::string(to_string(back));
+    }
+    length = std::chrono::duration_cast<milliseconds>(faults[i + 1].at) - at;
+    if (milliseconds(length) + at != faults[i + 1].at) return "not a whole ms";
+    return {};
+  };
   for (std::size_t i = 0; i < faults.size(); ++i, ++episodes) {
     const Fault& first = faults[i];
     const std::string where = "fault " + std::to_string(i + 1) + ": ";
@@ -193,12 +206,9 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
       const auto at = std::chrono::duration_cast<milliseconds>(first.at);
       if (milliseconds(at) != first.at) return where + "not a whole ms";
       if (!in(at - end, bounds.min_gap, bounds.max_gap)) return where + "its gap is out of bounds";
-      if (i + 1 == faults.size() || faults[i + 1].kind != Fault::Kind::kListenerOpen ||
-          faults[i + 1].device != first.device) {
-        return where + "not followed by its listener-open";
-      }
-      const auto length = std::chrono::duration_cast<milliseconds>(faults[i + 1].at) - at;
-      if (milliseconds(length) + at != faults[i + 1].at) return where + "not a whole ms";
+      milliseconds length{0};
+      const std::string why = closed_by(i, Fault::Kind::kListenerOpen, at, length);
+      if (!why.empty()) return where + why;
       if (!in(length, bounds.listener_min, bounds.listener_max)) {
         return where + "its outage is out of bounds";
       }
@@ -224,14 +234,14 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
         const bool flap = first.kind == Fault::Kind::kPortDown;
         const auto back = flap ? Fault::Kind::kPortUp : Fault::Kind::kAdd;
         if (flap ? first.number != target->port : false) return where + "not the target's port";
-        if (i + 1 == faults.size() || faults[i + 1].kind != back ||
-            faults[i + 1].device != first.device ||
-            (flap ? faults[i + 1].number != first.number
-                  : faults[i + 1].netdev != target->netdev)) {
+        // A flap's port-up names its port, a re-add the target's netdev.
+        if (i + 1 < faults.size() && (flap ? faults[i + 1].number != first.number
+                                           : faults[i + 1].netdev != target->netdev)) {
           return where + "not followed by its " + std::string(to_string(back));
         }
-        const auto outage = std::chrono::duration_cast<milliseconds>(faults[i + 1].at) - at;
-        if (milliseconds(outage) + at != faults[i + 1].at) return where + "not a whole ms";
+        milliseconds outage{0};
+        const std::string why = closed_by(i, back, at, outage);
+        if (!why.empty()) return where + why;
         const bool short_one = in(outage, bounds.short_outage_min, bounds.short_outage_max);
         const bool long_one = flap && in(outage, bounds.long_outage_min, bounds.long_outage_max);
         if (!short_one && !long_one) return where + "its outage is out of bounds";
@@ -252,12 +262,9 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
         if (!bounds.netem) return where + "no netem in these bounds";
         const std::string why = netem_invalid(first.netem, bounds);
         if (!why.empty()) return where + why;
-        if (i + 1 == faults.size() || faults[i + 1].kind != Fault::Kind::kNetemOff ||
-            faults[i + 1].device != first.device) {
-          return where + "not followed by its netem-off";
-        }
-        const auto length = std::chrono::duration_cast<milliseconds>(faults[i + 1].at) - at;
-        if (milliseconds(length) + at != faults[i + 1].at) return where + "not a whole ms";
+        milliseconds length{0};
+        const std::string why_not_closed = closed_by(i, Fault::Kind::kNetemOff, at, length);
+        if (!why_not_closed.empty()) return where + why_not_closed;
         if (!in(length, bounds.netem_min, bounds.netem_max)) {
           return where + "its burst's length is out of bounds";
         }

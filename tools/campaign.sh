@@ -17,8 +17,9 @@ first=${1:-100}
 count=${2:-10}
 cases=${3:-10}
 cd "$root"
-bazel build //tests/softroce:campaign_test_bin >&2
+bazel build //tests/softroce:campaign_test_bin //tests/softroce:session_peer >&2
 binary=$(readlink -f bazel-bin/tests/softroce/campaign_test_bin)
+peer=$(readlink -f bazel-bin/tests/softroce/session_peer)
 # Kept: every schedule's line, for docs/reliability.md and for whatever the
 # totals do not say.
 log=$(mktemp "${TMPDIR:-/tmp}/ibev-campaign.XXXXXX")
@@ -31,9 +32,9 @@ IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_
   /bin/bash -c 'status=0
     for ((seed = $1; seed < $1 + $2; seed++)); do
       "$0" --log_level=message --color_output=no --run_test=every_schedule_keeps_the_invariants -- \
-        --seed "$seed" --cases "$3" || status=$?
+        --seed "$seed" --cases "$3" --peer "$4" || status=$?
     done
-    exit "$status"' "$binary" "$first" "$count" "$cases" >"$log" 2>&1 || status=$?
+    exit "$status"' "$binary" "$first" "$count" "$cases" "$peer" >"$log" 2>&1 || status=$?
 ended=$(date +%s)
 grep -E '^campaign seed|^  reproduce|^  shrunk|the harness broke' "$log" || true
 awk -v s=$((ended - started)) -v status="$status" '

@@ -3,24 +3,30 @@
 // as `ibev-replay --schedule --real` does them) on rxe0's veth end while a
 // CmSession from rxe0 and its CmAcceptor on rxe1 (softroce_run.sh --devices
 // 2, each side with its own Dispatcher, as two hosts) carry numbered
-// messages; qp-fatals and the listener's outages are the runner's own (a
-// qp-fatal injected into the client's QP of the moment; a listener-close
-// closes the server's CmAcceptor on rxe1, whose sessions go on, and its
-// listener-open listens again with a new CmAcceptor on the same port, which
-// knows none of the old one's sessions: a client reconnecting after it is a
-// new server session, and an old one that was down fails after
-// give_up_after); after each schedule the invariants ibev's recovery
-// promises:
+// messages; qp-fatals, the listener's outages and the peer's deaths are the
+// runner's own (a qp-fatal injected into the client's QP of the moment; a
+// listener-close closes the server's CmAcceptor on rxe1, whose sessions go
+// on, and its listener-open listens again with a new CmAcceptor on the same
+// port, which knows none of the old one's sessions: a client reconnecting
+// after it is a new server session, and an old one that was down fails
+// after give_up_after; in a schedule with a peer-kill the server is
+// session_peer, a process of its own on rxe1, SIGKILLed at the peer-kill
+// and started again on the same port at the peer-start); after each
+// schedule the invariants ibev's recovery promises:
 //   (a) each side (the client, the server's latest session) is up or failed
 //       within give_up_after + 1 s of the last fault;
 //   (b) a failed side was told so exactly once, and the Dispatcher reported
-//       one "connection failed" for it; an up one none;
+//       one "connection failed" for it; an up one none (of a peer process,
+//       the one that lives: a killed one's last words may be cut short);
 //   (c) with the session up, every message posted through it arrived
 //       (those an attempt listed undelivered sent again, as an application
-//       does; a copy is allowed, a loss is not);
+//       does; a copy is allowed, a loss is not), but one a killed peer took
+//       with it: posted before the kill and confirmed (its send completed
+//       with success: the peer's NIC had it, its process may not have);
 //   (d) after teardown, this process's fds and threads, and the kernel's
 //       count of each device's objects (QP, CQ, MR, PD, cm_id, context),
-//       are back at what they were before the schedule's workload was made;
+//       are back at what they were before the schedule's workload was made
+//       (a peer process ended by then, its objects with it);
 //   (e) no side recovered more often within the damping window than its
 //       policy's max_recoveries;
 //   (f) a removal of the client's device (`rdma link delete`) returns
@@ -33,7 +39,9 @@
 // `ibev-replay --schedule --real` replay.
 //
 // Arguments (after --): --seed N (repeatable; default the suite's fixed
-// seeds), --cases N per seed, --schedule FILE (replay one schedule),
+// seeds), --cases N per seed, --peer PROGRAM (session_peer: without it a
+// schedule that kills the peer breaks the harness), --schedule FILE
+// (replay one schedule),
 // --regressions FILE... (kept schedules that failed, each replayed after
 // the seeds: tests/campaign/regressions),
 // --reproduce STRING with one --seed (one shrunk failure again),
@@ -41,9 +49,12 @@
 // violations and the time taken (tools/campaign.sh sums them).
 #define BOOST_TEST_MODULE ibev_softroce_campaign
 #include <dirent.h>
+#include <signal.h>
 #include <rdma/rdma_cma.h>
 #include <unistd.h>
 
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -55,6 +66,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -131,6 +143,7 @@ struct Arguments {
   std::vector<std::string> regressions;
   std::string reproduce;
   int shrink_budget = 20;
+  std::string peer;  // session_peer, for the schedules that kill the peer
 };
 
 Arguments arguments() {
@@ -157,6 +170,8 @@ Arguments arguments() {
       parsed.reproduce = value();
     } else if (word == "--shrink-budget") {
       parsed.shrink_budget = std::stoi(value());
+    } else if (word == "--peer") {
+      parsed.peer = value();
     } else {
       throw std::invalid_argument("unknown argument " + word);
     }
@@ -186,6 +201,8 @@ campaign::Bounds bounds() {
   made.netem = true;
   made.listener = true;
   made.listener_device = test_device2();
+  made.peer = true;
+  made.peer_device = test_device2();
   return made;
 }
 
@@ -198,6 +215,7 @@ campaign::Bounds flaps_only() {
   made.remove = false;
   made.netem = false;
   made.listener = false;
+  made.peer = false;
   return made;
 }
 
@@ -276,18 +294,18 @@ enum class Breakage { kNone, kForgetAMessageAtAPortDown };
 // One side's changes: its states in order, when each came, why for a
 // down or a failure, and whose: the server's sessions of each acceptor are
 // told apart (`acceptor`, 0 the first), as an acceptor listening again
-// after a listener-close knows none of the last one's, and its session for
-// the same client is one of its own.
+// after a listener-close, or in a peer process started again, knows none of
+// the last one's, and its session for the same client is one of its own.
 class Side {
  public:
-  void heard(const HealthChange& change, std::size_t acceptor = 0) {
+  void heard(ConnectionState to, const std::string& cause, std::size_t acceptor = 0) {
     std::lock_guard<std::mutex> lock(mutex_);
-    states_.push_back(change.to);
+    states_.push_back(to);
     times_.push_back(Clock::now());
     acceptors_.push_back(acceptor);
     // A down or a failure says why: a violation's report needs it.
-    const bool why = change.to == ConnectionState::kDown || change.to == ConnectionState::kFailed;
-    causes_.push_back(why ? change.cause.what : std::string());
+    const bool why = to == ConnectionState::kDown || to == ConnectionState::kFailed;
+    causes_.push_back(why ? cause : std::string());
   }
   std::size_t count(ConnectionState state) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -342,23 +360,247 @@ class Side {
   std::vector<std::size_t> acceptors_;
 };
 
-// The workload, as two hosts would have it: an acceptor on rxe1 (cm_host2())
-// and a client session from rxe0 (cm_host()) to it, each side with its own
-// Dispatcher, the client sending numbered messages every 10 ms while up,
-// from a thread of its own; what it posted is kept. The acceptor closes at
-// a listener-close and a new one listens on its port at a listener-open
-// (the runner's thread does both, and the teardown).
+std::size_t lines_starting(Env& env, const std::string& kind) {
+  std::size_t n = 0;
+  for (const std::string& line : env.errors()) n += line.rfind(kind, 0) == 0 ? 1 : 0;
+  return n;
+}
+
+// The server of the workload, on rxe1 (cm_host2()), as the invariants see
+// it: the faults that are its own (listener-close/-open, peer-kill/-start),
+// its sessions' states and what it was told and reported of them, and the
+// numbers it received. Two kinds: in this process, with a Dispatcher of its
+// own (every schedule but those that kill the peer), and session_peer in a
+// process of its own (a schedule with a peer-kill). What either cannot do
+// throws std::logic_error: a schedule the generator would not make.
+class Server {
+ public:
+  virtual ~Server() = default;
+  virtual std::uint16_t port() const = 0;
+  virtual void close_listener() = 0;
+  virtual void open_listener() = 0;
+  virtual void kill() = 0;
+  virtual void start() = 0;
+  // The sessions' states, in the order they came, of the server that lives
+  // now: a killed peer's sessions went with its process.
+  virtual std::vector<ConnectionState> states() = 0;
+  // Its failures told (the handlers') and reported ("connection failed"),
+  // with what it reported, for a violation's message.
+  virtual std::size_t told_failed() = 0;
+  virtual std::size_t reported_failed() = 0;
+  virtual std::string reports() = 0;
+  // Every number it received, whichever process did.
+  virtual std::set<std::uint64_t> received() = 0;
+  // The teardown's two steps, around the client's close (cm_session.h's
+  // order: the acceptor, the client, then the server's sessions).
+  virtual void close_acceptor() = 0;
+  virtual void close_sessions() = 0;
+
+  Side side;
+};
+
+// The server in this process: an acceptor, closed at a listener-close, and
+// a new one on the same port at a listener-open, which knows none of the
+// last one's sessions.
+class LocalServer : public Server {
+ public:
+  LocalServer()
+      : env_(test_device2()), channel_(CmEventChannel::create(env_.dispatcher)), numbers_(env_) {
+    acceptor_ = listen(0);
+    port_ = acceptor_->local_address().port();
+  }
+  std::uint16_t port() const override { return port_; }
+  void close_listener() override { acceptor_->close(); }
+  void open_listener() override { acceptor_ = listen(port_); }
+  void kill() override { throw std::logic_error("peer-kill: the server runs in this process"); }
+  void start() override { throw std::logic_error("peer-start: the server runs in this process"); }
+  std::vector<ConnectionState> states() override {
+    std::vector<ConnectionState> now;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& session : sessions_) now.push_back(session->health().state());
+    return now;
+  }
+  std::size_t told_failed() override { return side.count(ConnectionState::kFailed); }
+  std::size_t reported_failed() override { return lines_starting(env_, "connection failed"); }
+  std::string reports() override { return env_.failures.summary(); }
+  std::set<std::uint64_t> received() override { return numbers_.received(); }
+  void close_acceptor() override { acceptor_->close(); }
+  void close_sessions() override {
+    std::vector<std::shared_ptr<CmSession>> sessions;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sessions.swap(sessions_);
+    }
+    for (const auto& session : sessions) session->close();
+  }
+
+ private:
+  // An acceptor at `port` (0: any), its sessions kept with every other
+  // acceptor's, the latest last.
+  std::shared_ptr<CmAcceptor> listen(std::uint16_t port) {
+    CmAcceptor::Options accepting;
+    accepting.make_qp = numbers_.make_qp();
+    accepting.health.recovery.policy = recovery_policy();
+    accepting.connect_timeout = kStepTimeout;
+    const std::size_t which = acceptors_++;
+    return CmAcceptor::listen(
+        channel_, CmAddress::parse(cm_host2(), port),
+        [this](const std::shared_ptr<CmSession>& session) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          sessions_.push_back(session);
+          numbers_.attach(session);
+        },
+        [this, which](std::uint64_t, const HealthChange& change) {
+          side.heard(change.to, change.cause.what, which);
+        },
+        accepting);
+  }
+
+  Env env_;
+  std::shared_ptr<CmEventChannel> channel_;
+  Numbered numbers_;
+  std::shared_ptr<CmAcceptor> acceptor_;  // the current one
+  std::uint16_t port_ = 0;
+  std::size_t acceptors_ = 0;  // made so far
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<CmSession>> sessions_;
+};
+
+// The server as session_peer (tests/softroce/session_fixture.h), killed
+// with SIGKILL at a peer-kill and started again on the same port at a
+// peer-start: each process an acceptor of its own to Side. What it tells
+// on stdout is all the runner knows of it; (b) judges the process that
+// lives (a killed one's last words may be cut between a failure told and
+// reported), received() is every process's.
+class PeerServer : public Server {
+ public:
+  explicit PeerServer(std::string program) : program_(std::move(program)) {
+    start();
+    port_ = peer_->port();
+  }
+  std::uint16_t port() const override { return port_; }
+  void close_listener() override {
+    throw std::logic_error("listener-close: the peer process cannot close its listener");
+  }
+  void open_listener() override {
+    throw std::logic_error("listener-open: the peer process cannot close its listener");
+  }
+  void kill() override {
+    if (!peer_) throw std::logic_error("peer-kill: no peer process is running");
+    peer_->stop(SIGKILL);  // its output all read
+    peer_.reset();
+    std::lock_guard<std::mutex> lock(mutex_);
+    now_ = Heard{};  // none lives now
+  }
+  void start() override {
+    if (peer_) throw std::logic_error("peer-start: the peer process is running");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++process_;
+    }
+    PeerProcess::Options options;
+    options.give_up_after = kGiveUpAfter;
+    options.connect_timeout = kStepTimeout;
+    options.on_line = [this, process = process_](const std::string& line) { heard(process, line); };
+    peer_ = std::make_unique<PeerProcess>(program_, port_, options);
+  }
+  std::vector<ConnectionState> states() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return now_.states;
+  }
+  std::size_t told_failed() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return now_.told_failed;
+  }
+  std::size_t reported_failed() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return now_.reported_failed;
+  }
+  std::string reports() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return now_.reports;
+  }
+  std::set<std::uint64_t> received() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return received_;
+  }
+  void close_acceptor() override {}
+  void close_sessions() override { peer_.reset(); }  // SIGTERM, waited
+
+ private:
+  // What the process that lives now told.
+  struct Heard {
+    std::vector<ConnectionState> states;
+    std::size_t told_failed = 0;
+    std::size_t reported_failed = 0;
+    std::string reports;
+  };
+  static std::optional<ConnectionState> state_named(const std::string& name) {
+    for (const auto state : {ConnectionState::kUp, ConnectionState::kDown,
+                             ConnectionState::kRecovering, ConnectionState::kFailed}) {
+      if (name == to_string(state)) return state;
+    }
+    return std::nullopt;
+  }
+  // On the reader's thread of process `process` (1 the first).
+  void heard(std::size_t process, const std::string& line) {
+    std::istringstream words(line);
+    std::string kind;
+    words >> kind;
+    if (kind == "state") {
+      std::string name;
+      words >> name;
+      const bool why = !name.empty() && name.back() == ':';
+      if (why) name.pop_back();
+      const auto state = state_named(name);
+      std::string cause;
+      std::getline(words >> std::ws, cause);
+      if (state) side.heard(*state, why ? cause : std::string(), process - 1);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (state == ConnectionState::kFailed) ++now_.told_failed;
+    } else if (kind == "sessions") {
+      std::vector<ConnectionState> states;
+      for (std::string name; words >> name;) {
+        if (const auto state = state_named(name)) states.push_back(*state);
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      now_.states = std::move(states);
+    } else if (kind == "received") {
+      std::uint64_t seq = 0;
+      if (words >> seq) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        received_.insert(seq);
+      }
+    } else if (kind == "failure:") {
+      std::string failure;
+      std::getline(words >> std::ws, failure);
+      std::lock_guard<std::mutex> lock(mutex_);
+      now_.reported_failed += failure.rfind("connection failed", 0) == 0 ? 1 : 0;
+      now_.reports += (now_.reports.empty() ? "" : "; ") + failure;
+    }
+  }
+
+  const std::string program_;
+  std::uint16_t port_ = 0;  // 0 until the first process listens
+  std::unique_ptr<PeerProcess> peer_;
+  std::mutex mutex_;
+  std::size_t process_ = 0;  // started so far
+  Heard now_;
+  std::set<std::uint64_t> received_;
+};
+
+// The workload, as two hosts would have it: the server (above) and a client
+// session from rxe0 (cm_host()) to it, with its own Dispatcher, sending
+// numbered messages every 10 ms while up, from a thread of its own; what it
+// posted is kept, with when. The runner's thread does the server's faults
+// and the teardown.
 class Workload {
  public:
-  Workload()
-      : client_env(test_device()),
-        server_env(test_device2()),
+  explicit Workload(std::unique_ptr<Server> made)
+      : server(std::move(made)),
+        client_env(test_device()),
         client_channel(CmEventChannel::create(client_env.dispatcher)),
-        server_channel(CmEventChannel::create(server_env.dispatcher)),
-        client_numbers(client_env),
-        server_numbers(server_env) {
-    acceptor = listen(0);
-    port_ = acceptor->local_address().port();
+        client_numbers(client_env) {
     CmSession::Options options;
     options.id = 42;
     options.source = CmAddress::parse(cm_host(), 0);
@@ -367,9 +609,9 @@ class Workload {
     options.resolve_timeout = kStepTimeout;
     options.connect_timeout = kStepTimeout;
     session = CmSession::connect(
-        client_channel, CmAddress::parse(cm_host2(), port_),
+        client_channel, CmAddress::parse(cm_host2(), server->port()),
         [this](const HealthChange& change) {
-          client.heard(change);
+          client.heard(change.to, change.cause.what);
           if (change.to == ConnectionState::kUp) client_numbers.resend();
         },
         options);
@@ -378,24 +620,10 @@ class Workload {
 
   ~Workload() {
     stop_sending();
-    // As cm_session.h says: the acceptor (the current one: an earlier one
-    // is closed already), then the client, then the server's sessions.
-    acceptor->close();
+    server->close_acceptor();
     session->close();
-    std::vector<std::shared_ptr<CmSession>> sessions;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      sessions.swap(server_sessions_);
-    }
-    for (const auto& s : sessions) s->close();
+    server->close_sessions();
   }
-
-  // listener-close: the acceptor stops listening; its sessions go on.
-  void close_listener() { acceptor->close(); }
-  // listener-open: a new acceptor on the first one's port (the client's
-  // destination), with the same options and callbacks; its sessions' changes
-  // are told apart from the last one's (Side).
-  void open_listener() { acceptor = listen(port_); }
 
   void start_sending() {
     sender_ = std::thread([this] {
@@ -405,7 +633,7 @@ class Workload {
           try {
             client_numbers.send(next);
             std::lock_guard<std::mutex> lock(mutex_);
-            posted_.insert(next);
+            posted_.emplace(next, Clock::now());
             ++next;
           } catch (const std::exception&) {
             // Refused (the QP in ERR before the health looked): not posted.
@@ -422,58 +650,24 @@ class Workload {
   // A message the bookkeeping says was posted, though it never was.
   void forget_one() {
     std::lock_guard<std::mutex> lock(mutex_);
-    posted_.insert(1000000 + posted_.size());
+    posted_.emplace(1000000 + posted_.size(), Clock::now());
   }
-  std::set<std::uint64_t> posted() {
+  // Each number posted, with when.
+  std::map<std::uint64_t, Clock::time_point> posted() {
     std::lock_guard<std::mutex> lock(mutex_);
     return posted_;
   }
-  std::vector<std::shared_ptr<CmSession>> server_sessions() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return server_sessions_;
-  }
-  // The server's session of the moment (the latest the acceptor made).
-  std::shared_ptr<CmSession> server_session() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return server_sessions_.empty() ? nullptr : server_sessions_.back();
-  }
 
+  std::unique_ptr<Server> server;
   Env client_env;
-  Env server_env;
   std::shared_ptr<CmEventChannel> client_channel;
-  std::shared_ptr<CmEventChannel> server_channel;
   Side client;
-  Side server;
   Numbered client_numbers;
-  Numbered server_numbers;
-  std::shared_ptr<CmAcceptor> acceptor;  // the current one
   std::shared_ptr<CmSession> session;
 
  private:
-  // The server's acceptor, on rxe1 at `port` (0: any), its sessions kept
-  // with every other acceptor's, the latest last.
-  std::shared_ptr<CmAcceptor> listen(std::uint16_t port) {
-    CmAcceptor::Options accepting;
-    accepting.make_qp = server_numbers.make_qp();
-    accepting.health.recovery.policy = recovery_policy();
-    accepting.connect_timeout = kStepTimeout;
-    const std::size_t which = acceptors_++;
-    return CmAcceptor::listen(
-        server_channel, CmAddress::parse(cm_host2(), port),
-        [this](const std::shared_ptr<CmSession>& session) {
-          std::lock_guard<std::mutex> lock(mutex_);
-          server_sessions_.push_back(session);
-          server_numbers.attach(session);
-        },
-        [this, which](std::uint64_t, const HealthChange& change) { server.heard(change, which); },
-        accepting);
-  }
-
-  std::uint16_t port_ = 0;
-  std::size_t acceptors_ = 0;  // made so far
   std::mutex mutex_;
-  std::vector<std::shared_ptr<CmSession>> server_sessions_;
-  std::set<std::uint64_t> posted_;
+  std::map<std::uint64_t, Clock::time_point> posted_;
   std::atomic<bool> sending_{true};
   std::thread sender_;
 };
@@ -514,10 +708,18 @@ struct Restore {
   }
 };
 
-std::size_t lines_starting(Env& env, const std::string& kind) {
-  std::size_t n = 0;
-  for (const std::string& line : env.errors()) n += line.rfind(kind, 0) == 0 ? 1 : 0;
-  return n;
+// The server a schedule needs: session_peer (--peer PROGRAM) when it kills
+// the peer, else one in this process.
+std::unique_ptr<Server> server_for(const std::vector<Fault>& faults) {
+  const bool kills = std::any_of(faults.begin(), faults.end(), [](const Fault& fault) {
+    return fault.kind == Fault::Kind::kPeerKill;
+  });
+  if (!kills) return std::make_unique<LocalServer>();
+  const std::string program = arguments().peer;
+  if (program.empty()) {
+    throw std::runtime_error("a schedule with a peer-kill needs --peer PROGRAM (session_peer)");
+  }
+  return std::make_unique<PeerServer>(program);
 }
 
 // Runs `faults` against a fresh workload and checks the invariants: empty,
@@ -537,7 +739,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   // keep for the process's life (rdma_cm's fd, the netlink socket): made
   // once before the baseline, so (d) sees only what a schedule leaves.
   static const bool warmed = [] {
-    Workload warm_up;
+    Workload warm_up(std::make_unique<LocalServer>());
     return eventually(
         [&] { return warm_up.session->health().state() == ConnectionState::kUp; }, 20s);
   }();
@@ -547,15 +749,17 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   std::string not_restored;
   {
     Restore restore{real, not_restored, {}};  // declared first: after the workload's teardown
-    Workload workload;
+    Workload workload(server_for(faults));
+    Side& server = workload.server->side;
     if (!eventually([&] { return workload.session->health().state() == ConnectionState::kUp; },
                     20s)) {
       return "the session never came up: client " + workload.client.text() + "; server " +
-             workload.server.text();
+             server.text();
     }
     workload.start_sending();
     const auto start = Clock::now();
     bool forgotten = false;
+    std::optional<Clock::time_point> killed;  // the last peer-kill's
     for (const Fault& fault : faults) {
       std::this_thread::sleep_until(start + fault.at);
       if (fault.kind == Fault::Kind::kQpFatal) {
@@ -575,14 +779,23 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
         }
         continue;
       }
-      // The server's listener (the schedule names its device, rxe1: the
-      // acceptor is there).
+      // The server's own (the schedule names its device, rxe1: the
+      // acceptor, or the peer process, is there).
       if (fault.kind == Fault::Kind::kListenerClose) {
-        workload.close_listener();
+        workload.server->close_listener();
         continue;
       }
       if (fault.kind == Fault::Kind::kListenerOpen) {
-        workload.open_listener();
+        workload.server->open_listener();
+        continue;
+      }
+      if (fault.kind == Fault::Kind::kPeerKill) {
+        workload.server->kill();
+        killed = Clock::now();
+        continue;
+      }
+      if (fault.kind == Fault::Kind::kPeerStart) {
+        workload.server->start();
         continue;
       }
       if (breakage == Breakage::kForgetAMessageAtAPortDown && !forgotten &&
@@ -621,22 +834,21 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       if (fault.kind == Fault::Kind::kPortUp) put_back_policy_routes();
     }
     const auto last_fault = Clock::now();
-    // (a) up or failed within give_up_after + 1 s of the last fault.
+    // (a) up or failed within give_up_after + 1 s of the last fault. A
+    // peer started again after its client failed has no session to judge.
     ++tally.checks;
-    const auto server_state = [&] {
-      const auto s = workload.server_session();
-      return s ? s->health().state() : ConnectionState::kDown;
+    const auto server_settled = [&] {
+      const auto states = workload.server->states();
+      return states.empty() || settled(states.back());
     };
     if (violation.empty() &&
         !eventually(
-            [&] {
-              return settled(workload.session->health().state()) && settled(server_state());
-            },
+            [&] { return settled(workload.session->health().state()) && server_settled(); },
             std::chrono::duration_cast<std::chrono::milliseconds>(
                 kGiveUpAfter + 1s - (Clock::now() - last_fault)))) {
       violation = "(a) not up or failed " + std::to_string(kGiveUpAfter.count() + 1000) +
                   " ms after the last fault: client " + workload.client.text() + "; server " +
-                  workload.server.text();
+                  server.text();
     }
     // The server's earlier sessions too (one its client left, or the
     // session of an acceptor closed since): such a one goes down when its
@@ -644,10 +856,8 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     // give_up_after later, so each is up or failed within twice
     // give_up_after + 1 s of the last fault, and (b) counts it.
     const auto every_server_session_settled = [&] {
-      for (const auto& s : workload.server_sessions()) {
-        if (!settled(s->health().state())) return false;
-      }
-      return true;
+      const auto states = workload.server->states();
+      return std::all_of(states.begin(), states.end(), settled);
     };
     if (violation.empty() &&
         !eventually(every_server_session_settled,
@@ -655,7 +865,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
                         2 * kGiveUpAfter + 1s - (Clock::now() - last_fault)))) {
       violation = "(a) a server session not up or failed " +
                   std::to_string(2 * kGiveUpAfter.count() + 1000) +
-                  " ms after the last fault: server " + workload.server.text();
+                  " ms after the last fault: server " + server.text();
     }
     workload.stop_sending();
     const bool client_failed = workload.session->health().state() == ConnectionState::kFailed;
@@ -672,17 +882,16 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       // session in this window, which (a)'s waits make rare).
       const auto failed_now = [&] {
         std::size_t n = workload.session->health().state() == ConnectionState::kFailed ? 1 : 0;
-        for (const auto& s : workload.server_sessions()) {
-          n += s->health().state() == ConnectionState::kFailed ? 1 : 0;
+        for (const auto state : workload.server->states()) {
+          n += state == ConnectionState::kFailed ? 1 : 0;
         }
         return n;
       };
       std::size_t told = 0, reported = 0, failed = 0;
       const auto look = [&] {
-        told = workload.client.count(ConnectionState::kFailed) +
-               workload.server.count(ConnectionState::kFailed);
+        told = workload.client.count(ConnectionState::kFailed) + workload.server->told_failed();
         reported = lines_starting(workload.client_env, "connection failed") +
-                   lines_starting(workload.server_env, "connection failed");
+                   workload.server->reported_failed();
         failed = failed_now();
       };
       const auto all_told = [&] {
@@ -696,38 +905,57 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       if (!eventually(all_told, 5s)) {
         violation = "(b) " + std::to_string(failed) + " sessions failed, told " +
                     std::to_string(told) + " times: client " + workload.client.text() +
-                    "; server " + workload.server.text();
+                    "; server " + server.text();
       } else if (!eventually(all_reported, 5s)) {
         violation = "(b) " + std::to_string(failed) + " sessions failed, " +
                     std::to_string(reported) + " 'connection failed' reports: client " +
                     workload.client_env.failures.summary() + "; server " +
-                    workload.server_env.failures.summary();
+                    workload.server->reports();
       }
     }
-    // (c) nothing posted is lost while the session is up.
+    // (c) nothing posted is lost while the session is up, but what a
+    // killed peer took with it: a message its NIC placed (the send
+    // completed with success, which is all RC promises) before its process
+    // read it. So a message missing after a peer-kill is allowed if it
+    // was posted before the last kill and confirmed; one not confirmed was
+    // flushed, listed undelivered and sent again, and must have arrived.
     ++tally.checks;
     if (violation.empty() && !client_failed) {
       const auto posted = workload.posted();
-      const auto arrived = [&] {
-        const auto received = workload.server_numbers.received();
-        std::size_t missing = 0;
-        for (const auto seq : posted) missing += received.count(seq) == 0 ? 1 : 0;
-        return missing;
+      std::size_t taken_by_the_kill = 0;
+      const auto missing = [&] {
+        const auto received = workload.server->received();
+        const auto confirmed = workload.client_numbers.confirmed();
+        std::size_t n = 0;
+        taken_by_the_kill = 0;
+        for (const auto& [seq, at] : posted) {
+          if (received.count(seq) != 0) continue;
+          if (killed && at < *killed && confirmed.count(seq) != 0) {
+            ++taken_by_the_kill;
+          } else {
+            ++n;
+          }
+        }
+        return n;
       };
       // A message made up by the breakage never arrives: waited for are
       // the real ones, so the self-test does not wait out the bound.
       const std::size_t made_up = forgotten ? 1 : 0;
-      eventually([&] { return arrived() <= made_up; }, 10s);
-      if (arrived() != 0) {
-        violation = "(c) " + std::to_string(arrived()) + " of " + std::to_string(posted.size()) +
-                    " messages posted never arrived (client " + workload.client.text() + ")";
+      eventually([&] { return missing() <= made_up; }, 10s);
+      if (const std::size_t lost = missing(); lost != 0) {
+        violation = "(c) " + std::to_string(lost) + " of " + std::to_string(posted.size()) +
+                    " messages posted never arrived (" +
+                    (killed ? std::to_string(taken_by_the_kill) +
+                                  " more confirmed before the peer was killed; "
+                            : std::string()) +
+                    "client " + workload.client.text() + ")";
       }
     }
     // (e) never more recoveries within the damping window than the policy
     // allows (past them an outage is damped: given up).
     ++tally.checks;
     const RecoveryPolicy policy = recovery_policy();
-    for (Side* side : {&workload.client, &workload.server}) {
+    for (Side* side : {&workload.client, &server}) {
       const std::size_t most = side->most_recoveries_within(policy.window, 100ms);
       if (violation.empty() && most > policy.max_recoveries) {
         violation = "(e) " + std::to_string(most) + " recoveries within " +
@@ -735,7 +963,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
                     std::to_string(policy.max_recoveries) + "): " + side->text();
       }
     }
-    tally.sides = "client " + workload.client.text() + "; server " + workload.server.text();
+    tally.sides = "client " + workload.client.text() + "; server " + server.text();
   }
   if (!not_restored.empty()) {
     throw std::runtime_error((violation.empty() ? "" : violation + "; then ") + not_restored);
@@ -912,4 +1140,35 @@ BOOST_AUTO_TEST_CASE(a_violation_is_found_shrunk_and_written_replayable) {
   Tally tally;
   BOOST_TEST(run_schedule(written, Breakage::kForgetAMessageAtAPortDown, tally).rfind("(c)", 0) ==
              0u);
+}
+
+// The peer process killed, and started again on its port: within
+// give_up_after, the client comes back as the new process's session, up;
+// past it, the client fails, told and reported once, and the new process
+// has no session. Every invariant is kept either way (what the killed
+// process had read is all that may be lost).
+BOOST_DATA_TEST_CASE(a_peer_killed_and_started_again_keeps_the_invariants,
+                     boost::unit_test::data::make({900, 3800}), start_ms) {
+  if (!arguments().schedule.empty() || !arguments().reproduce.empty()) return;
+  BOOST_TEST_REQUIRE(!arguments().peer.empty(), "needs --peer PROGRAM (session_peer)");
+  std::vector<Fault> faults(2);
+  faults[0].at = 300ms;
+  faults[0].kind = Fault::Kind::kPeerKill;
+  faults[1].at = std::chrono::milliseconds(start_ms);
+  faults[1].kind = Fault::Kind::kPeerStart;
+  for (Fault& fault : faults) fault.device = test_device2();
+  Tally tally;
+  const std::string violation = run_schedule(faults, Breakage::kNone, tally);
+  BOOST_TEST(violation.empty(), violation);
+  const std::string client = tally.sides.substr(0, tally.sides.find("; server "));
+  const std::string server = tally.sides.substr(tally.sides.find("; server "));
+  const bool back = std::chrono::milliseconds(start_ms) - faults[0].at < kGiveUpAfter;
+  if (back) {
+    BOOST_TEST((client.size() >= 3u && client.compare(client.size() - 3, 3, " up") == 0),
+               tally.sides);
+  } else {
+    BOOST_TEST(client.find(" failed (") != std::string::npos, tally.sides);
+  }
+  // Back: as the second process's session.
+  BOOST_TEST((server.find("[acceptor 2] up") != std::string::npos) == back, tally.sides);
 }

@@ -1,5 +1,10 @@
 #include "tests/softroce/session_fixture.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -7,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "tests/softroce/cm_fixture.h"
+#include "tests/softroce/rdma_fixture.h"
 #include "tests/support/testing.h"
 
 namespace ibev::testing {
@@ -189,6 +196,7 @@ void Numbered::completed(const OnDevice* on, const ibv_wc& wc) {
   if ((wc.opcode & IBV_WC_RECV) == 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     sent_.push_back(std::chrono::steady_clock::now());
+    confirmed_.insert(wc.wr_id);
     return;
   }
   const std::string text(memory_.data() + (kSendSlots + wc.wr_id) * kSlot);
@@ -224,11 +232,75 @@ std::vector<std::chrono::steady_clock::time_point> Numbered::sent_times() {
   return sent_;
 }
 
+std::set<std::uint64_t> Numbered::confirmed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return confirmed_;
+}
+
 std::vector<std::shared_ptr<Device>> Numbered::devices() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::shared_ptr<Device>> devices;
   for (const auto& on : on_devices_) devices.push_back(on->device);
   return devices;
+}
+
+PeerProcess::PeerProcess(const std::string& program, std::uint16_t port, Options options) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  const std::vector<std::string> args{program,
+                                      test_device2(),
+                                      cm_host2(),
+                                      std::to_string(port),
+                                      std::to_string(options.give_up_after.count()),
+                                      std::to_string(options.connect_timeout.count())};
+  std::vector<char*> argv;
+  for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ < 0) {
+    const int error = errno;
+    close(out[0]);
+    close(out[1]);
+    throw std::system_error(error, std::generic_category(), "fork");
+  }
+  if (pid_ == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  reader_ = std::thread([this, fd = out[0], on_line = std::move(options.on_line)] {
+    FILE* in = fdopen(fd, "r");
+    char line[512];
+    while (std::fgets(line, sizeof line, in) != nullptr) {
+      std::string text(line);
+      if (!text.empty() && text.back() == '\n') text.pop_back();
+      lines.add(text);
+      if (on_line) on_line(text);
+    }
+    std::fclose(in);
+  });
+  if (!eventually([this] { return !lines.starting_with("listening ").empty(); }, 20s)) {
+    stop(SIGKILL);
+    throw std::runtime_error(program + " did not listen within 20 s: " + lines.text());
+  }
+  port_ = static_cast<std::uint16_t>(std::stoi(lines.starting_with("listening ").front()));
+}
+
+PeerProcess::~PeerProcess() { stop(SIGTERM); }
+
+// Bounded: a process that has not ended 10 s after `signal` is killed.
+void PeerProcess::stop(int signal) {
+  if (pid_ > 0) {
+    kill(pid_, signal);
+    int status = 0;
+    if (!eventually([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, 10s, 10ms)) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+  }
+  if (reader_.joinable()) reader_.join();
 }
 
 }  // namespace ibev::testing

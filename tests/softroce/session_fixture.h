@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ibev/cm/cm_session.h>
@@ -54,6 +55,9 @@ class Numbered {
   std::size_t duplicates();
   // The success completions of sends, with when they came.
   std::vector<std::chrono::steady_clock::time_point> sent_times();
+  // The numbers whose send completed with success: the peer's NIC placed
+  // them, which its application may not have read (a peer killed then).
+  std::set<std::uint64_t> confirmed();
   // The devices its verbs objects were made on, the first (Env's) first.
   std::vector<std::shared_ptr<Device>> devices();
 
@@ -89,9 +93,43 @@ class Numbered {
   std::set<std::uint64_t> received_;
   std::size_t duplicates_ = 0;
   std::vector<std::chrono::steady_clock::time_point> sent_;
+  std::set<std::uint64_t> confirmed_;
   std::vector<std::weak_ptr<QueuePair>> made_;
   // Every one made, the current last: their CQs' handlers use the above.
   std::vector<std::shared_ptr<OnDevice>> on_devices_;
+};
+
+// session_peer (`program`) in a process of its own on test_device2(),
+// listening on cm_host2():`port` (0: any); its stdout lines in `lines`, each
+// also given to `on_line` (on the reader's thread) as it comes. Throws
+// std::runtime_error when it cannot be started or does not say "listening"
+// within 20 s. The destructor ends it with SIGTERM and waits.
+class PeerProcess {
+ public:
+  struct Options {
+    std::chrono::milliseconds give_up_after{20000};
+    std::chrono::milliseconds connect_timeout{5000};  // the acceptor's
+    std::function<void(const std::string&)> on_line;
+  };
+  PeerProcess(const std::string& program, std::uint16_t port, Options options);
+  PeerProcess(const std::string& program, std::uint16_t port)
+      : PeerProcess(program, port, Options{}) {}
+  ~PeerProcess();
+  PeerProcess(const PeerProcess&) = delete;
+  PeerProcess& operator=(const PeerProcess&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  // Ends it with `signal` and waits: its output is all read after.
+  void stop(int signal);
+  // "up", "down: CAUSE", ...
+  std::vector<std::string> states() { return lines.starting_with("state "); }
+
+  Lines lines;
+
+ private:
+  int pid_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread reader_;
 };
 
 }  // namespace ibev::testing

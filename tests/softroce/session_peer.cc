@@ -1,11 +1,14 @@
-// The far end of the two-host session tests: another process, on its own
-// rxe device, as a server application is. It listens with a CmAcceptor on
-// ADDRESS:PORT (0: any) and keeps every session it is given; it tells on
-// stdout, one line each, what the test reads: "listening PORT", "session
-// ID", "state STATE[: CAUSE]", "received N", "failure: ...". It runs until
-// SIGTERM (or SIGKILL: a peer that dies).
+// The far end of the two-host session tests and of the fault campaign's
+// killed peer: another process, on its own rxe device, as a server
+// application is. It listens with a CmAcceptor on ADDRESS:PORT (0: any) and
+// keeps every session it is given; it tells on stdout, one line each, what
+// the test reads: "listening PORT", "session ID", "state STATE[: CAUSE]"
+// (each after a line "sessions STATE..." with every session's state of that
+// moment, in the order they came, the two in one write, so that a SIGKILL
+// leaves both or neither), "received N", "failure: ..." (as the Dispatcher
+// reports it). It runs until SIGTERM (or SIGKILL: a peer that dies).
 //
-//   session_peer DEVICE ADDRESS PORT GIVE_UP_MS
+//   session_peer DEVICE ADDRESS PORT GIVE_UP_MS [CONNECT_TIMEOUT_MS]
 #include <signal.h>
 
 #include <chrono>
@@ -37,8 +40,8 @@ void tell(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: session_peer DEVICE ADDRESS PORT GIVE_UP_MS\n");
+  if (argc != 5 && argc != 6) {
+    std::fprintf(stderr, "usage: session_peer DEVICE ADDRESS PORT GIVE_UP_MS [CONNECT_TIMEOUT_MS]\n");
     return 2;
   }
   sigset_t stop;
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before any thread: all inherit it
 
   Env env(argv[1]);
+  env.failures.echo_to([](const std::string& failure) { tell("failure: " + failure); });
   auto channel = CmEventChannel::create(env.dispatcher);
   Numbered side(env);
   side.echo = tell;
@@ -57,6 +61,7 @@ int main(int argc, char** argv) {
   options.make_qp = side.make_qp();
   options.health.recovery.policy =
       quick_recovery(std::chrono::milliseconds(std::atoi(argv[4])));
+  if (argc == 6) options.connect_timeout = std::chrono::milliseconds(std::atoi(argv[5]));
   auto acceptor = CmAcceptor::listen(
       channel, CmAddress::parse(argv[2], static_cast<std::uint16_t>(std::atoi(argv[3]))),
       [&](const std::shared_ptr<CmSession>& session) {
@@ -68,7 +73,14 @@ int main(int argc, char** argv) {
         tell("session " + std::to_string(session->id()));
       },
       [&](std::uint64_t, const HealthChange& change) {
-        tell("state " + state_line(change));
+        std::string states = "sessions";
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          for (const auto& session : sessions) {
+            states += " " + std::string(to_string(session->health().state()));
+          }
+        }
+        tell(states + "\nstate " + state_line(change));
         if (change.to == ConnectionState::kUp) side.resend();
       },
       options);
@@ -81,6 +93,5 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(mutex);
     sessions.clear();
   }
-  for (const std::string& failure : env.errors()) tell("failure: " + failure);
   return 0;
 }

@@ -7,10 +7,7 @@
 // receiver as an application does. The cable is pulled for 2 s mid-traffic;
 // the server process is killed while the session is idle and started again.
 #define BOOST_TEST_MODULE ibev_softroce_session_two_hosts
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <boost/test/unit_test.hpp>
@@ -48,62 +45,9 @@ long long ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
 }
 
-// session_peer in a process of its own; its stdout lines in `lines`.
-class Peer {
- public:
-  explicit Peer(std::uint16_t port, std::chrono::milliseconds give_up_after = 20s) {
-    int out[2];
-    BOOST_REQUIRE(pipe2(out, O_CLOEXEC) == 0);
-    const std::string program = peer_program();
-    const std::vector<std::string> args{program, test_device2(), cm_host2(), std::to_string(port),
-                                        std::to_string(give_up_after.count())};
-    pid_ = fork();
-    BOOST_REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      std::vector<char*> argv;
-      for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    reader_ = std::thread([this, fd = out[0]] {
-      FILE* in = fdopen(fd, "r");
-      char line[512];
-      while (std::fgets(line, sizeof line, in) != nullptr) {
-        std::string text(line);
-        if (!text.empty() && text.back() == '\n') text.pop_back();
-        lines.add(text);
-      }
-      std::fclose(in);
-    });
-    BOOST_REQUIRE_MESSAGE(eventually([this] { return !lines.starting_with("listening ").empty(); }),
-                          lines.text());
-    port_ = static_cast<std::uint16_t>(std::stoi(lines.starting_with("listening ").front()));
-  }
-  ~Peer() { stop(SIGTERM); }
-
-  std::uint16_t port() const { return port_; }
-  // Ends it with `signal` and waits: its output is all read after.
-  void stop(int signal) {
-    if (pid_ > 0) {
-      kill(pid_, signal);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-    if (reader_.joinable()) reader_.join();
-  }
-  // "up", "down: CAUSE", ...
-  std::vector<std::string> states() { return lines.starting_with("state "); }
-
-  Lines lines;
-
- private:
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-  std::thread reader_;
+// session_peer in a process of its own, on rxe1.
+struct Peer : PeerProcess {
+  explicit Peer(std::uint16_t port) : PeerProcess(peer_program(), port) {}
 };
 
 // The client on rxe0: a session to the peer, its states in `log` ("up",

@@ -87,8 +87,14 @@ Dispatcher::Options FailureLog::options(DeviceMonitor monitor) {
   options.on_failure = [this](const Failure& failure) {
     std::lock_guard<std::mutex> lock(mutex_);
     lines_.push_back(describe(failure));
+    if (echo_) echo_(lines_.back());
   };
   return options;
+}
+
+void FailureLog::echo_to(std::function<void(const std::string&)> echo) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  echo_ = std::move(echo);
 }
 
 std::vector<std::string> FailureLog::lines() {

@@ -60,10 +60,14 @@ class FailureLog {
   std::vector<std::string> lines();
   // "N failures, the first: ..." for a message.
   std::string summary();
+  // Each failure from now on also given to `echo` as it is reported (on the
+  // reporting thread, in order): a peer process tells its test at once.
+  void echo_to(std::function<void(const std::string&)> echo);
 
  private:
   std::mutex mutex_;
   std::vector<std::string> lines_;
+  std::function<void(const std::string&)> echo_;
 };
 
 // Registry, a started Dispatcher, the device, a protection domain. Errors the

@@ -13,15 +13,16 @@ namespace ibev {
 namespace {
 
 constexpr Fault::Kind kKinds[] = {
-    Fault::Kind::kPortDown,      Fault::Kind::kPortUp,      Fault::Kind::kGidChange,
-    Fault::Kind::kQpFatal,       Fault::Kind::kRemove,      Fault::Kind::kAdd,
-    Fault::Kind::kNetem,         Fault::Kind::kNetemOff,    Fault::Kind::kListenerClose,
-    Fault::Kind::kListenerOpen};
+    Fault::Kind::kPortDown,     Fault::Kind::kPortUp,   Fault::Kind::kGidChange,
+    Fault::Kind::kQpFatal,      Fault::Kind::kRemove,   Fault::Kind::kAdd,
+    Fault::Kind::kNetem,        Fault::Kind::kNetemOff, Fault::Kind::kListenerClose,
+    Fault::Kind::kListenerOpen, Fault::Kind::kPeerKill, Fault::Kind::kPeerStart};
 
 // A fault that takes its DEVICE and nothing else.
 bool device_only(Fault::Kind kind) {
   return kind == Fault::Kind::kRemove || kind == Fault::Kind::kNetemOff ||
-         kind == Fault::Kind::kListenerClose || kind == Fault::Kind::kListenerOpen;
+         kind == Fault::Kind::kListenerClose || kind == Fault::Kind::kListenerOpen ||
+         kind == Fault::Kind::kPeerKill || kind == Fault::Kind::kPeerStart;
 }
 
 constexpr double kLongest = 366 * 86400.0;  // seconds: a schedule's span
@@ -189,6 +190,10 @@ std::string_view to_string(Fault::Kind kind) noexcept {
       return "listener-close";
     case Fault::Kind::kListenerOpen:
       return "listener-open";
+    case Fault::Kind::kPeerKill:
+      return "peer-kill";
+    case Fault::Kind::kPeerStart:
+      return "peer-start";
   }
   return "invalid";
 }
@@ -219,7 +224,7 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
     if (!known) {
       fail(where, "unknown fault '" + fields[1] +
                       "' (port-down, port-up, gid-change, qp-fatal, remove, add, netem, "
-                      "netem-off, listener-close, listener-open)");
+                      "netem-off, listener-close, listener-open, peer-kill, peer-start)");
     }
     fault.device = name_of(fields[2], "device", where);
     if (fault.kind == Fault::Kind::kNetem) {
@@ -247,6 +252,8 @@ std::vector<Fault> read_fault_schedule(std::istream& in, const std::string& name
       case Fault::Kind::kNetemOff:
       case Fault::Kind::kListenerClose:
       case Fault::Kind::kListenerOpen:
+      case Fault::Kind::kPeerKill:
+      case Fault::Kind::kPeerStart:
         break;
       default:
         fault.number = parse_number(fields[3], 1, 255, "the port", where);
@@ -301,6 +308,8 @@ void write_fault_schedule(std::ostream& out, const std::vector<Fault>& faults) {
       case Fault::Kind::kNetemOff:
       case Fault::Kind::kListenerClose:
       case Fault::Kind::kListenerOpen:
+      case Fault::Kind::kPeerKill:
+      case Fault::Kind::kPeerStart:
         break;
       default:
         if (fault.number < 1 || fault.number > 255) fail(where, "the port is not from 1 to 255");
@@ -351,6 +360,9 @@ std::vector<RecordedLine> to_recording(const std::vector<Fault>& faults,
       case Fault::Kind::kListenerClose:
       case Fault::Kind::kListenerOpen:
         continue;  // no RDMA event: a program's listener, which it closes itself
+      case Fault::Kind::kPeerKill:
+      case Fault::Kind::kPeerStart:
+        continue;  // no RDMA event here: a peer's process, which the program kills and starts
     }
     lines.emplace_back(std::move(event));
   }

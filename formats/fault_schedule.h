@@ -12,6 +12,8 @@
 //   6500ms  netem-off   rxe0               # its netdev's packets as before
 //   7s      listener-close rxe1            # the CM listener on rxe1 closed
 //   8s      listener-open  rxe1            # and listening again
+//   9s      peer-kill      rxe1            # the peer process on rxe1 killed
+//   10s     peer-start     rxe1            # and started again
 //
 // One fault a line, in time order; `#` starts a comment. A netem degrades
 // the packets the device's netdev sends (`tc qdisc ... netem`) until its
@@ -21,21 +23,26 @@
 // each key at most once, in any order, at least one. A listener-close
 // closes the application's CM listener on the device (a server that stops
 // accepting: its connections go on, a new connect request is rejected)
-// until its listener-open, which listens again on the same port. Two
-// drivers:
+// until its listener-open, which listens again on the same port. A
+// peer-kill kills the application's peer process on the device (the
+// server) with SIGKILL, as a crash would: its listener and connections go
+// with it (the kernel closes its CM ids and QPs). Its peer-start starts it
+// again, listening on the same port. Two drivers:
 // - injection, everywhere: to_recording() turns it into the events a real
 //   fault raises (PORT_ERR, PORT_ACTIVE, GID_CHANGE, QP_FATAL by number,
 //   DEVICE_FATAL), which ibev::Replay (dispatch/replay.h) injects. A netem
 //   raises no RDMA event (what it does shows in the traffic: retries,
-//   timeouts), so it injects nothing; nor does a listener-close or
-//   listener-open (a closed listener shows only as a peer's rejected
-//   connect): the program under test does those itself, as the fault
+//   timeouts), so it injects nothing; nor does a listener-close,
+//   listener-open, peer-kill or peer-start (a closed listener shows only
+//   as a peer's rejected connect, a killed peer as its connections'
+//   end): the program under test does those itself, as the fault
 //   campaign's runner does;
 // - the real action, as root on a soft-RoCE host:
 //   `ibev-replay --schedule --real FILE` runs the soft-RoCE harness's
 //   commands (ip link, ip addr, rdma link, tc qdisc). qp-fatal,
-//   listener-close and listener-open have no real action (the QP and the
-//   listener are a program's, not the host's).
+//   listener-close, listener-open, peer-kill and peer-start have no real
+//   action (the QP, the listener and the peer process are a program's,
+//   not the host's).
 //
 // Thread-safety: free functions; any thread.
 #ifndef IBEV_FORMATS_FAULT_SCHEDULE_H_
@@ -82,6 +89,8 @@ struct Fault {
     kNetemOff,
     kListenerClose,  // the CM listener on `device` closed
     kListenerOpen,   // and listening again, on the same port
+    kPeerKill,       // the peer process on `device` killed (SIGKILL)
+    kPeerStart,      // and started again, listening on the same port
   };
 
   std::chrono::microseconds at{0};  // from the schedule's start
@@ -94,7 +103,8 @@ struct Fault {
 };
 
 // "port-down", "port-up", "gid-change", "qp-fatal", "remove", "add",
-// "netem", "netem-off", "listener-close", "listener-open".
+// "netem", "netem-off", "listener-close", "listener-open", "peer-kill",
+// "peer-start".
 std::string_view to_string(Fault::Kind kind) noexcept;
 
 // Throws std::invalid_argument "NAME:LINE: why" (an unknown fault, a time
@@ -117,7 +127,8 @@ void write_fault_schedule(std::ostream& out, const std::vector<Fault>& faults);
 
 // The events (and device changes) the faults raise, as recorded at `start`
 // plus each fault's time: a replayable recording. A netem, netem-off,
-// listener-close or listener-open raises none, so it has no line.
+// listener-close, listener-open, peer-kill or peer-start raises none, so it
+// has no line.
 std::vector<RecordedLine> to_recording(const std::vector<Fault>& faults,
                                        RecordingClock::time_point start);
 

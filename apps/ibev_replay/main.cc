@@ -58,8 +58,9 @@ constexpr char kHelp[] =
     "port-up, gid-change (a port), qp-fatal (a QP number), remove, add (a\n"
     "netdev), netem (loss=N%, delay=TIME, reorder=N%: on the netdev's packets,\n"
     "no event), netem-off, listener-close and listener-open (the program's CM\n"
-    "listener on the device: no event, the program does them); docs/operations.md\n"
-    "has the format.\n"
+    "listener on the device), peer-kill and peer-start (the program's peer\n"
+    "process on the device, SIGKILLed and started again): no event, the program\n"
+    "does them; docs/operations.md has the format.\n"
     "\n"
     "Times are from the first line for a recording, from 0 for a schedule, as\n"
     "ibev::Replay plays them.\n"
@@ -68,7 +69,8 @@ constexpr char kHelp[] =
     "  0  done\n"
     "  1  a usage error, a file that cannot be read or is not a recording or a\n"
     "     schedule (the message names the line); --real with a qp-fatal, a\n"
-    "     listener-close or listener-open, or not as root\n"
+    "     listener-close, listener-open, peer-kill or peer-start, or not as\n"
+    "     root\n"
     "  2  with --real: a device that is not soft-RoCE, or a command that\n"
     "     failed (the message names it)\n";
 

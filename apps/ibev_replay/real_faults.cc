@@ -159,6 +159,8 @@ std::vector<std::vector<std::string>> commands_for(const Fault& fault, std::stri
     case Fault::Kind::kQpFatal:
     case Fault::Kind::kListenerClose:
     case Fault::Kind::kListenerOpen:
+    case Fault::Kind::kPeerKill:
+    case Fault::Kind::kPeerStart:
       why = not_real(fault);
       return {};
   }
@@ -181,6 +183,11 @@ std::string not_real(const Fault& fault) {
       return std::string(to_string(fault.kind)) +
              " has no real action (the listener is the program's: the program under test "
              "closes and opens it, as the fault campaign's runner does)";
+    case Fault::Kind::kPeerKill:
+    case Fault::Kind::kPeerStart:
+      return std::string(to_string(fault.kind)) +
+             " has no real action (the peer process is the program's: the program under test "
+             "kills and starts it, as the fault campaign's runner does)";
     default:
       return {};
   }

@@ -27,8 +27,8 @@
 namespace ibev::real_faults {
 
 // What a check or an action came to: status 0 (done), kRefused (the
-// schedule cannot be done for real: a qp-fatal, a listener-close or
-// listener-open, a bad name, not root) or
+// schedule cannot be done for real: a qp-fatal, a listener-close,
+// listener-open, peer-kill or peer-start, a bad name, not root) or
 // kFailed (a device not soft-RoCE or not there when its turn comes, a
 // command that failed), with a message "NAME:LINE: why".
 struct Outcome {
@@ -40,13 +40,15 @@ struct Outcome {
 };
 
 // Why `fault` is not the host's to do (a qp-fatal, a listener's close or
-// open: a program's QP and listener, injected or done by the program, as
-// the fault campaign's runner does), or empty.
+// open, a peer process's kill or start: a program's QP, listener and peer,
+// injected or done by the program, as the fault campaign's runner does),
+// or empty.
 std::string not_real(const Fault& fault);
 
 // Everything in `faults` checked before anything is done: each can be done
-// for real (no qp-fatal: that one is injected; no listener-close or
-// listener-open: the listener is the program's), names are plain, this is
+// for real (no qp-fatal: that one is injected; no listener-close,
+// listener-open, peer-kill or peer-start: the listener and the peer
+// process are the program's), names are plain, this is
 // root, and each fault's device is there to act on when its turn comes as
 // far as the schedule says (a device removed is gone, one added is there),
 // checked against this host for a device's first fault. `name` is the

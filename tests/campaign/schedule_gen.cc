@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <sstream>
 #include <utility>
@@ -15,15 +16,41 @@ using std::chrono::milliseconds;
 
 // What one episode is; the first shrinks best (RapidCheck shrinks a choice
 // toward the first): a short flap is the quickest fault to replay.
-enum class Kind { kShortFlap, kLongFlap, kGidChange, kQpFatal, kRemove, kNetem, kListener };
+enum class Kind { kShortFlap, kLongFlap, kGidChange, kQpFatal, kRemove, kNetem, kListener, kPeer };
 
 struct Episode {
   Kind kind = Kind::kShortFlap;
   std::size_t target = 0;
   int gap_ms = 0;
-  int outage_ms = 0;  // a flap's, a removal's, a netem burst's or a listener outage's length
+  int outage_ms = 0;  // a flap's, a removal's, a netem burst's or a server outage's length
   NetemSpec netem;    // a netem burst's
 };
+
+// A server outage (a listener's or a peer process's) as `bounds` have it:
+// on the server's device, which need not be a target, the fault that starts
+// it and the one that ends it, and its length's bounds.
+struct ServerOutage {
+  const char* what;  // "listener", "peer": for messages
+  Fault::Kind start, end;
+  bool allowed;
+  std::string device;
+  milliseconds min, max;
+};
+
+// Of a kListener or kPeer episode; none for another kind.
+std::optional<ServerOutage> server_outage(Kind kind, const Bounds& bounds) {
+  switch (kind) {
+    case Kind::kListener:
+      return ServerOutage{"listener", Fault::Kind::kListenerClose, Fault::Kind::kListenerOpen,
+                          bounds.listener, bounds.listener_device, bounds.listener_min,
+                          bounds.listener_max};
+    case Kind::kPeer:
+      return ServerOutage{"peer", Fault::Kind::kPeerKill, Fault::Kind::kPeerStart, bounds.peer,
+                          bounds.peer_device, bounds.peer_min, bounds.peer_max};
+    default:
+      return std::nullopt;
+  }
+}
 
 // A number in [low, high] whatever the generation's size (RapidCheck scales
 // ranges by it: early cases would all be the lowest), shrinking toward low.
@@ -76,12 +103,14 @@ std::vector<Fault> to_faults(const std::vector<Episode>& episodes,
         at += milliseconds(episode.outage_ms);
         faults.push_back(fault(at, Fault::Kind::kNetemOff, target));
         break;
-      case Kind::kListener: {
-        // Not a target's: the listener's device (its port and netdev unused).
-        const Target listener{bounds.listener_device, "", 0};
-        faults.push_back(fault(at, Fault::Kind::kListenerClose, listener));
+      case Kind::kListener:
+      case Kind::kPeer: {
+        // Not a target's: the server's device (its port and netdev unused).
+        const ServerOutage outage = *server_outage(episode.kind, bounds);
+        const Target server{outage.device, "", 0};
+        faults.push_back(fault(at, outage.start, server));
         at += milliseconds(episode.outage_ms);
-        faults.push_back(fault(at, Fault::Kind::kListenerOpen, listener));
+        faults.push_back(fault(at, outage.end, server));
         break;
       }
     }
@@ -121,19 +150,9 @@ std::string netem_invalid(const NetemSpec& netem, const Bounds& bounds) {
   return {};
 }
 
-}  // namespace
-
-rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds) {
-  if (targets.empty()) throw std::invalid_argument("campaign::schedules: no target");
-  if (bounds.listener && bounds.listener_device.empty()) {
-    throw std::invalid_argument("campaign::schedules: listener outages with no listener_device");
-  }
-  std::vector<Kind> kinds{Kind::kShortFlap, Kind::kLongFlap};
-  if (bounds.gid_change) kinds.push_back(Kind::kGidChange);
-  if (bounds.qp_fatal) kinds.push_back(Kind::kQpFatal);
-  if (bounds.remove) kinds.push_back(Kind::kRemove);
-  if (bounds.netem) kinds.push_back(Kind::kNetem);
-  if (bounds.listener) kinds.push_back(Kind::kListener);
+// Schedules over `targets` within `bounds` whose episodes are of `kinds`.
+rc::Gen<std::vector<Fault>> of_kinds(std::vector<Kind> kinds, std::vector<Target> targets,
+                                     Bounds bounds) {
   // The kind by its index, which shrinks toward 0 (a short flap): a long
   // flap that fails as a short one would shrinks to it.
   const auto episode = rc::gen::mapcat(
@@ -142,7 +161,7 @@ rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds
         const Kind kind = kinds[index];
         const bool lasts = kind == Kind::kShortFlap || kind == Kind::kRemove;
         const bool long_one = kind == Kind::kLongFlap;
-        const bool listener = kind == Kind::kListener;
+        const std::optional<ServerOutage> server = server_outage(kind, bounds);
         const auto target = rc::gen::resize(100, rc::gen::inRange<std::size_t>(0, targets.size()));
         if (kind == Kind::kNetem) {
           return rc::gen::apply(
@@ -161,10 +180,10 @@ rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds
               return Episode{kind, target, gap, outage, {}};
             },
             target, within(bounds.min_gap, bounds.max_gap),
-            long_one   ? within(bounds.long_outage_min, bounds.long_outage_max)
-            : listener ? within(bounds.listener_min, bounds.listener_max)
-            : lasts    ? within(bounds.short_outage_min, bounds.short_outage_max)
-                       : rc::gen::just(0));
+            long_one ? within(bounds.long_outage_min, bounds.long_outage_max)
+            : server ? within(server->min, server->max)
+            : lasts  ? within(bounds.short_outage_min, bounds.short_outage_max)
+                     : rc::gen::just(0));
       });
   // RapidCheck drops elements of a container when it shrinks: whole
   // episodes, so never a port-down without its port-up.
@@ -177,10 +196,43 @@ rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds
       });
 }
 
+}  // namespace
+
+rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds) {
+  if (targets.empty()) throw std::invalid_argument("campaign::schedules: no target");
+  if (bounds.listener && bounds.listener_device.empty()) {
+    throw std::invalid_argument("campaign::schedules: listener outages with no listener_device");
+  }
+  if (bounds.peer && bounds.peer_device.empty()) {
+    throw std::invalid_argument("campaign::schedules: peer outages with no peer_device");
+  }
+  std::vector<Kind> kinds{Kind::kShortFlap, Kind::kLongFlap};
+  if (bounds.gid_change) kinds.push_back(Kind::kGidChange);
+  if (bounds.qp_fatal) kinds.push_back(Kind::kQpFatal);
+  if (bounds.remove) kinds.push_back(Kind::kRemove);
+  if (bounds.netem) kinds.push_back(Kind::kNetem);
+  // A listener outage and a peer outage are never in one schedule: the
+  // runner's peer process cannot close its listener. With both in the
+  // bounds, which of the two a schedule may hold is drawn first (shrinking
+  // toward the listener's); its kind takes the same place in `kinds`
+  // either way.
+  if (bounds.listener && bounds.peer) {
+    return rc::gen::mapcat(rc::gen::arbitrary<bool>(), [kinds, targets, bounds](bool peer) {
+      std::vector<Kind> with = kinds;
+      with.push_back(peer ? Kind::kPeer : Kind::kListener);
+      return of_kinds(with, targets, bounds);
+    });
+  }
+  if (bounds.listener) kinds.push_back(Kind::kListener);
+  if (bounds.peer) kinds.push_back(Kind::kPeer);
+  return of_kinds(kinds, targets, bounds);
+}
+
 std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>& targets,
                     const Bounds& bounds) {
   milliseconds end{0};  // of the last episode
   std::size_t episodes = 0;
+  std::optional<Kind> server_kind;  // of its server outages: one kind only
   // An episode's end: the fault after faults[i] (at `at`) must be its
   // `back` on the same device, a whole number of ms later; why not, or
   // empty with `length` set.
@@ -197,27 +249,31 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
   for (std::size_t i = 0; i < faults.size(); ++i, ++episodes) {
     const Fault& first = faults[i];
     const std::string where = "fault " + std::to_string(i + 1) + ": ";
-    if (first.kind == Fault::Kind::kListenerClose) {
-      // The listener's device, which need not be a target.
-      if (!bounds.listener) return where + "no listener outage in these bounds";
-      if (first.device != bounds.listener_device) {
-        return where + first.device + " is not the listener's device";
+    if (first.kind == Fault::Kind::kListenerClose || first.kind == Fault::Kind::kPeerKill) {
+      // The server's device, which need not be a target.
+      const Kind kind = first.kind == Fault::Kind::kPeerKill ? Kind::kPeer : Kind::kListener;
+      const ServerOutage outage = *server_outage(kind, bounds);
+      if (!outage.allowed) return where + "no " + outage.what + " outage in these bounds";
+      if (first.device != outage.device) {
+        return where + first.device + " is not the " + outage.what + "'s device";
       }
+      if (server_kind && *server_kind != kind) {
+        return where + "a listener outage and a peer outage in one schedule";
+      }
+      server_kind = kind;
       const auto at = std::chrono::duration_cast<milliseconds>(first.at);
       if (milliseconds(at) != first.at) return where + "not a whole ms";
       if (!in(at - end, bounds.min_gap, bounds.max_gap)) return where + "its gap is out of bounds";
       milliseconds length{0};
-      const std::string why = closed_by(i, Fault::Kind::kListenerOpen, at, length);
+      const std::string why = closed_by(i, outage.end, at, length);
       if (!why.empty()) return where + why;
-      if (!in(length, bounds.listener_min, bounds.listener_max)) {
-        return where + "its outage is out of bounds";
-      }
+      if (!in(length, outage.min, outage.max)) return where + "its outage is out of bounds";
       end = at + length;
       ++i;
       continue;
     }
-    if (first.kind == Fault::Kind::kListenerOpen) {
-      return where + "a listener-open with nothing before it";
+    if (first.kind == Fault::Kind::kListenerOpen || first.kind == Fault::Kind::kPeerStart) {
+      return where + "a " + std::string(to_string(first.kind)) + " with nothing before it";
     }
     const Target* target = nullptr;
     for (const Target& t : targets) {
@@ -278,6 +334,8 @@ std::string invalid(const std::vector<Fault>& faults, const std::vector<Target>&
         return where + "a " + std::string(to_string(first.kind)) + " with nothing before it";
       case Fault::Kind::kListenerClose:
       case Fault::Kind::kListenerOpen:
+      case Fault::Kind::kPeerKill:
+      case Fault::Kind::kPeerStart:
         break;  // taken above
     }
   }

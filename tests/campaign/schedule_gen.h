@@ -8,18 +8,23 @@
 // a netem burst (netem, then netem-off after a while: the netdev's packets
 // lost, late and reordered meanwhile), a listener outage (listener-close,
 // then listener-open after a while, on the device the workload's CM
-// listener is on: new connect requests rejected meanwhile). So a port-up
-// always follows its port-down, an add the remove of its device, a
-// netem-off its netem, a listener-open its listener-close, and a device is
-// never acted on while it is removed. A qp-fatal
+// listener is on: new connect requests rejected meanwhile), a peer outage
+// (peer-kill, then peer-start after a while, on the device of the
+// workload's peer process, the server: killed with SIGKILL, its
+// connections gone with it, and started again). So a port-up always
+// follows its port-down, an add the remove of its device, a netem-off its
+// netem, a listener-open its listener-close, a peer-start its peer-kill,
+// and a device is never acted on while it is removed. A schedule holds
+// listener outages or peer outages, never both: the runner's peer process
+// cannot close its listener. A qp-fatal
 // names no QP of its own (number 0): the runner injects it into the
 // workload's QP of the moment, whose number a schedule cannot know.
 //
 // Shrinking (RapidCheck's, of the episode list and each episode's numbers)
 // drops episodes and shortens gaps, outages and bursts toward their lower
 // bounds, a burst's loss toward its least and its delay and reordering
-// toward none, a listener outage toward its shortest: a failure shrinks to
-// fewer, quicker, milder faults.
+// toward none, a listener or peer outage toward its shortest: a failure
+// shrinks to fewer, quicker, milder faults.
 //
 // Thread-safety: values and generators only; any thread.
 #ifndef IBEV_TESTS_CAMPAIGN_SCHEDULE_GEN_H_
@@ -70,11 +75,18 @@ struct Bounds {
   bool listener = false;
   std::string listener_device;
   std::chrono::milliseconds listener_min{50}, listener_max{2000};  // the outage's length
+  // A peer outage: the peer process on `peer_device` (the server's, like
+  // listener_device) killed with SIGKILL, and started again, listening on
+  // the same port, after the outage's length. Needs a peer_device. With
+  // `listener` too, each schedule holds one of the two kinds of outage.
+  bool peer = false;
+  std::string peer_device;
+  std::chrono::milliseconds peer_min{100}, peer_max{2000};  // the outage's length
 };
 
 // Schedules over `targets` (not empty) within `bounds`. Throws
-// std::invalid_argument for no target, or listener outages with no
-// listener_device.
+// std::invalid_argument for no target, listener outages with no
+// listener_device, or peer outages with no peer_device.
 rc::Gen<std::vector<Fault>> schedules(std::vector<Target> targets, Bounds bounds);
 
 // Empty when `faults` is a schedule `schedules(targets, bounds)` could have

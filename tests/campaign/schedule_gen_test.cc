@@ -1,10 +1,11 @@
 // The fault campaign's schedules (tests/campaign/schedule_gen.h): every one
 // generated is valid and reads back from its file; one seed makes the same
-// schedules; every fault comes up (netem bursts and listener outages only
-// when the bounds allow them); a failure shrinks to the least schedule that
-// fails (one short flap, one netem burst, its gap, length and netem at
-// their lowest, or one listener outage at its shortest); a file that is no
-// such schedule is told apart.
+// schedules; every fault comes up (netem bursts, listener outages and peer
+// outages only when the bounds allow them, never a listener's and a peer's
+// in one schedule); a failure shrinks to the least schedule that fails (one
+// short flap, one netem burst, its gap, length and netem at their lowest,
+// or one listener or peer outage at its shortest); a file that is no such
+// schedule is told apart.
 #define BOOST_TEST_MODULE ibev_campaign_schedule_gen
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -13,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/campaign/schedule_gen.h"
@@ -28,6 +30,9 @@ const std::vector<Target> kTargets{{"rxe0", "d0", 1}, {"rxe1", "v1", 1}};
 // The listener's device: the server's, which is no target (as the
 // campaign's runner has it).
 const char kListener[] = "srv1";
+// The peer process's device: the server's too in the runner; another here,
+// so that each outage is seen on its own device.
+const char kPeer[] = "srv2";
 
 Bounds all_faults() {
   Bounds bounds;
@@ -35,6 +40,8 @@ Bounds all_faults() {
   bounds.netem = true;
   bounds.listener = true;
   bounds.listener_device = kListener;
+  bounds.peer = true;
+  bounds.peer_device = kPeer;
   return bounds;
 }
 
@@ -79,7 +86,7 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
   std::set<std::string> seen;
   std::set<std::size_t> lengths;
   bool long_flap = false;
-  bool short_listener = false, long_listener = false;  // outages of each
+  std::set<std::string> server_outages;  // "listener-close short", "peer-kill long", ...
   std::set<std::string> netems;  // which of a netem's keys came together
   const Bounds bounds = all_faults();
   run(
@@ -96,14 +103,16 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
             netems.insert(std::string(netem.loss ? "loss" : "") + (netem.delay ? " delay" : "") +
                           (netem.reorder ? " reorder" : ""));
           }
-          if (faults[i].kind == Fault::Kind::kListenerClose) {
+          const bool server = faults[i].kind == Fault::Kind::kListenerClose ||
+                              faults[i].kind == Fault::Kind::kPeerKill;
+          if (server) {
             const auto length = faults[i + 1].at - faults[i].at;
-            short_listener |= length < bounds.short_outage_max;
-            long_listener |= length >= bounds.long_outage_min;
+            const std::string kind(ibev::to_string(faults[i].kind));
+            if (length < bounds.short_outage_max) server_outages.insert(kind + " short");
+            if (length >= bounds.long_outage_min) server_outages.insert(kind + " long");
           }
           if (faults[i].kind == Fault::Kind::kPortDown || faults[i].kind == Fault::Kind::kRemove ||
-              faults[i].kind == Fault::Kind::kNetem ||
-              faults[i].kind == Fault::Kind::kListenerClose) {
+              faults[i].kind == Fault::Kind::kNetem || server) {
             ++i;
             seen.insert(std::string(ibev::to_string(faults[i].kind)) + " " + faults[i].device);
           }
@@ -118,15 +127,21 @@ BOOST_AUTO_TEST_CASE(every_fault_every_target_and_every_length_comes_up) {
     }
   }
   BOOST_TEST(long_flap);
-  // The listener's faults on its device only, of short and long outages.
-  for (const char* kind : {"listener-close", "listener-open"}) {
-    BOOST_TEST(seen.count(std::string(kind) + " " + kListener) == 1u, kind);
-    for (const Target& target : kTargets) {
-      BOOST_TEST(seen.count(kind + (" " + target.device)) == 0u);
+  // The listener's and the peer's faults each on its device only, of short
+  // and long outages.
+  const std::pair<std::string, std::string> server_faults[] = {{"listener-close", kListener},
+                                                               {"listener-open", kListener},
+                                                               {"peer-kill", kPeer},
+                                                               {"peer-start", kPeer}};
+  for (const auto& [kind, device] : server_faults) {
+    std::set<std::string> devices;
+    for (const std::string& fault : seen) {
+      if (fault.rfind(kind + " ", 0) == 0) devices.insert(fault.substr(kind.size() + 1));
     }
+    BOOST_TEST((devices == std::set<std::string>{device}), kind);
   }
-  BOOST_TEST(short_listener);
-  BOOST_TEST(long_listener);
+  BOOST_TEST((server_outages == std::set<std::string>{"listener-close long", "listener-close short",
+                                                      "peer-kill long", "peer-kill short"}));
   // Loss alone, with a delay, and with both: never a reorder with no delay.
   BOOST_TEST((netems == std::set<std::string>{"loss", "loss delay", "loss delay reorder"}));
   for (std::size_t n = 0; n <= bounds.max_episodes; ++n) BOOST_TEST(lengths.count(n) == 1u, n);
@@ -205,6 +220,7 @@ const Mildest kMildest[] = {
     // One outage at its lowest gap and length.
     {"the listener closed", Fault::Kind::kListenerClose,
      "20ms listener-close srv1\n70ms listener-open srv1\n"},
+    {"the peer killed", Fault::Kind::kPeerKill, "20ms peer-kill srv2\n120ms peer-start srv2\n"},
 };
 }  // namespace
 
@@ -231,32 +247,56 @@ BOOST_DATA_TEST_CASE(a_failure_shrinks_to_the_mildest_fault_of_its_kind,
   BOOST_TEST(text(last_failing) == mildest.shrunk);
 }
 
-// Bounds as they were (listener false) make no listener outage, and a
-// schedule with one is not theirs; listener outages with no device to
-// close the listener on are refused.
-BOOST_AUTO_TEST_CASE(no_listener_outage_unless_the_bounds_allow_one) {
-  BOOST_TEST(!Bounds{}.listener);
+namespace {
+// A server outage's kind: its switch in Bounds, its device, its faults, a
+// schedule of one, and what invalid() says of it in bounds without it.
+struct ServerSide {
+  const char* name;
+  bool Bounds::*allowed;
+  std::string Bounds::*device;
+  Fault::Kind start, end;
+  const char* outage;
+  const char* refused;
+  friend std::ostream& operator<<(std::ostream& out, const ServerSide& s) { return out << s.name; }
+};
+const ServerSide kServerSides[] = {
+    {"listener", &Bounds::listener, &Bounds::listener_device, Fault::Kind::kListenerClose,
+     Fault::Kind::kListenerOpen, "0s listener-close srv1\n0.5s listener-open srv1\n",
+     "fault 1: no listener outage in these bounds"},
+    {"peer", &Bounds::peer, &Bounds::peer_device, Fault::Kind::kPeerKill, Fault::Kind::kPeerStart,
+     "0s peer-kill srv2\n0.5s peer-start srv2\n", "fault 1: no peer outage in these bounds"},
+};
+}  // namespace
+
+// Bounds as they were (listener and peer false) make no such outage, and a
+// schedule with one is not theirs; without one kind the other still comes
+// (alone in the bounds); outages with no device to act on are refused.
+BOOST_DATA_TEST_CASE(no_server_outage_unless_the_bounds_allow_one,
+                     boost::unit_test::data::make(kServerSides), side) {
+  BOOST_TEST(!(Bounds{}.*side.allowed));
   Bounds bounds = all_faults();
-  bounds.listener = false;
+  bounds.*side.allowed = false;
   std::size_t outages = 0;
+  std::size_t others = 0;  // the other kind's
   run(
       [&] {
         for (const Fault& fault : *schedules(kTargets, bounds)) {
-          outages += fault.kind == Fault::Kind::kListenerClose ||
-                     fault.kind == Fault::Kind::kListenerOpen;
+          outages += fault.kind == side.start || fault.kind == side.end;
+          others += fault.kind == Fault::Kind::kListenerClose ||
+                    fault.kind == Fault::Kind::kPeerKill;
         }
       },
       1, 300);
   BOOST_TEST(outages == 0u);
-  std::istringstream in("0s listener-close srv1\n0.5s listener-open srv1\n");
+  BOOST_TEST(others > 0u);
+  std::istringstream in(side.outage);
   const auto outage = ibev::read_fault_schedule(in, "outage");
   BOOST_TEST(invalid(outage, kTargets, all_faults()) == "");
-  BOOST_TEST(invalid(outage, kTargets, bounds) == "fault 1: no listener outage in these bounds");
+  BOOST_TEST(invalid(outage, kTargets, bounds) == side.refused);
   Bounds nowhere = all_faults();
-  nowhere.listener_device.clear();
+  (nowhere.*side.device).clear();
   BOOST_CHECK_THROW(schedules(kTargets, nowhere), std::invalid_argument);
 }
-
 
 namespace {
 struct Bad {
@@ -316,6 +356,23 @@ const Bad kBad[] = {
     {"1.1s listener-close srv1\n1.5s listener-open srv1\n", "fault 1: its gap is out of bounds"},
     {"0s listener-close srv1\n0.5s listener-open srv1\n1.6s gid-change rxe0 1\n",
      "fault 3: its gap is out of bounds"},
+    {"0s peer-start srv2\n", "fault 1: a peer-start with nothing before it"},
+    {"0s peer-kill srv2\n", "fault 1: not followed by its peer-start"},
+    {"0s peer-kill srv2\n0.5s peer-start rxe1\n", "not followed by its peer-start"},
+    {"0s peer-kill srv2\n0.5s listener-open srv2\n", "not followed by its peer-start"},
+    {"0s peer-kill srv2\n0.1s port-down rxe0 1\n0.3s port-up rxe0 1\n1s peer-start srv2\n",
+     "fault 1: not followed by its peer-start"},
+    {"0s peer-kill srv1\n0.5s peer-start srv1\n", "fault 1: srv1 is not the peer's device"},
+    {"0s peer-kill srv2\n0.099s peer-start srv2\n", "fault 1: its outage is out of bounds"},
+    {"0s peer-kill srv2\n2.001s peer-start srv2\n", "its outage is out of bounds"},
+    {"0s peer-kill srv2\n0.5005s peer-start srv2\n", "not a whole ms"},
+    {"1.1s peer-kill srv2\n1.5s peer-start srv2\n", "fault 1: its gap is out of bounds"},
+    // The runner's peer process cannot close its listener: one kind a
+    // schedule, whichever comes first.
+    {"0s listener-close srv1\n0.5s listener-open srv1\n0.6s peer-kill srv2\n1s peer-start srv2\n",
+     "fault 3: a listener outage and a peer outage in one schedule"},
+    {"0s peer-kill srv2\n0.5s peer-start srv2\n0.6s listener-close srv1\n1s listener-open srv1\n",
+     "fault 3: a listener outage and a peer outage in one schedule"},
 };
 }  // namespace
 

@@ -35,13 +35,15 @@ const char kSchedule[] =
     "5s      netem       rxe0    loss=20% delay=30ms reorder=10%\n"
     "6500ms  netem-off   rxe0\n"
     "7s      listener-close rxe1\n"
-    "8s      listener-open  rxe1\n";
+    "8s      listener-open  rxe1\n"
+    "9s      peer-kill      rxe1\n"
+    "10s     peer-start     rxe1\n";
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_fault_reads) {
   const auto faults = read(kSchedule);
-  BOOST_REQUIRE_EQUAL(faults.size(), 10u);
+  BOOST_REQUIRE_EQUAL(faults.size(), 12u);
   BOOST_TEST((faults[0].kind == Fault::Kind::kPortDown && faults[0].number == 1u));
   BOOST_TEST((faults[1].at == 1500ms && faults[1].kind == Fault::Kind::kPortUp));
   BOOST_TEST((faults[2].kind == Fault::Kind::kGidChange && faults[2].number == 2u));
@@ -61,6 +63,13 @@ BOOST_AUTO_TEST_CASE(every_fault_reads) {
   BOOST_TEST(faults[9].line == 12);
   BOOST_TEST(ibev::to_string(Fault::Kind::kListenerClose) == "listener-close");
   BOOST_TEST(ibev::to_string(Fault::Kind::kListenerOpen) == "listener-open");
+  BOOST_TEST((faults[10].at == 9s && faults[10].kind == Fault::Kind::kPeerKill));
+  BOOST_TEST(
+      (faults[10].device == "rxe1" && faults[10].number == 0u && faults[10].netdev.empty()));
+  BOOST_TEST((faults[11].at == 10s && faults[11].kind == Fault::Kind::kPeerStart));
+  BOOST_TEST(faults[11].line == 14);
+  BOOST_TEST(ibev::to_string(Fault::Kind::kPeerKill) == "peer-kill");
+  BOOST_TEST(ibev::to_string(Fault::Kind::kPeerStart) == "peer-start");
 }
 
 namespace {
@@ -111,9 +120,9 @@ BOOST_AUTO_TEST_CASE(faults_become_the_events_real_ones_raise) {
   BOOST_TEST((event(4).loss == ibev::DeviceLoss::kRemoved));
   BOOST_TEST(!std::get<ibev::RecordedChange>(lines[5]).added);
   BOOST_TEST(std::get<ibev::RecordedChange>(lines[6]).added);
-  // The netem and its netem-off, and the listener's close and open (the
-  // program's own, which it does itself), raise no event: nothing after
-  // the add.
+  // The netem and its netem-off, the listener's close and open and the
+  // peer's kill and start (the program's own, which it does itself), raise
+  // no event: nothing after the add.
 }
 
 struct Bad {
@@ -164,9 +173,12 @@ const Bad kBad[] = {
     {"1s listener-open\n", "faults.txt:1: expected: TIME FAULT DEVICE"},
     {"1s listener-close rx\x01" "e1\n",
      "the device 'rx\x01" "e1' is not a name of printable ASCII"},
+    {"1s peer-kill rxe1 9\n", "faults.txt:1: peer-kill takes DEVICE only"},
+    {"1s peer-start rxe1 4791\n", "faults.txt:1: peer-start takes DEVICE only"},
+    {"1s peer-kill\n", "faults.txt:1: expected: TIME FAULT DEVICE"},
     {"1s listener-shut rxe1\n",
      "faults.txt:1: unknown fault 'listener-shut' (port-down, port-up, gid-change, qp-fatal, "
-     "remove, add, netem, netem-off, listener-close, listener-open)"},
+     "remove, add, netem, netem-off, listener-close, listener-open, peer-kill, peer-start)"},
 };
 
 BOOST_DATA_TEST_CASE(a_bad_line_is_refused_with_its_place, boost::unit_test::data::make(kBad), b) {
@@ -225,6 +237,9 @@ const Written kWritten[] = {
     {"listener faults",
      {fault(0us, K::kListenerClose, "rxe1"), fault(1500ms, K::kListenerOpen, "rxe1"),
       fault(1500ms, K::kListenerClose, "mlx5_0"), fault(4001001us, K::kListenerOpen, "mlx5_0")}},
+    {"peer faults",
+     {fault(0us, K::kPeerKill, "rxe1"), fault(100ms, K::kPeerStart, "rxe1"),
+      fault(100ms, K::kPeerKill, "mlx5_0"), fault(2000001us, K::kPeerStart, "mlx5_0")}},
     // Each written in the fewest digits that read back the same double.
     {"percentages to the last bit",
      {netem_fault(0us, "rxe0", netem(0.1, 1001us, 1.0 / 3)),
@@ -289,6 +304,9 @@ const Unwritable kUnwritable[] = {
     {"a listener-open on a device with a space",
      {fault(0us, K::kListenerOpen, "rxe 1")},
      "fault 1: the device 'rxe 1' is not one word"},
+    {"a peer-kill with no device",
+     {fault(0us, K::kPeerKill, "")},
+     "fault 1: the device '' is not one word"},
     {"a netem of nothing", {fault(0us, K::kNetem, "rxe0")}, "fault 1: a netem of nothing"},
     {"a loss past 100 %",
      {netem_fault(0us, "rxe0", netem(100.5, kNone, kNone))},

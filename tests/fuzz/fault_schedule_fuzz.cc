@@ -4,8 +4,8 @@
 // 1..255, QP numbers of 24 bits, an argument where one is due, a netem's
 // keys within netem's bounds), write_fault_schedule() must write it as it
 // reads back, and the recording to_recording() makes of it (nothing for a
-// netem or a listener's close or open) must survive the recording writer
-// and reader (recording_check.h).
+// netem, a listener's close or open or a peer's kill or start) must survive
+// the recording writer and reader (recording_check.h).
 // tools/fuzz.sh builds and runs it.
 #include <cstddef>
 #include <chrono>
@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   std::size_t removes = 0;
-  std::size_t silent = 0;  // faults that raise no event: netem, listener
+  std::size_t silent = 0;  // faults that raise no event: netem, listener, peer
   for (std::size_t i = 0; i < faults.size(); ++i) {
     const Fault& fault = faults[i];
     const std::string where =
@@ -79,6 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case Fault::Kind::kNetemOff:
       case Fault::Kind::kListenerClose:
       case Fault::Kind::kListenerOpen:
+      case Fault::Kind::kPeerKill:
+      case Fault::Kind::kPeerStart:
         if (fault.number != 0 || !fault.netdev.empty()) {
           ibev::fuzz::broken(where + ": an argument on a fault that takes DEVICE only");
         }

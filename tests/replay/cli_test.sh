@@ -46,6 +46,8 @@ cat >"$dir/faults" <<'FAULTS'
 5s      netem-off   rxe0
 6s      listener-close rxe1
 7s      listener-open  rxe1
+8s      peer-kill      rxe1
+9s      peer-start     rxe1
 FAULTS
 expect "a schedule prints its events" test "$(run --schedule "$dir/faults")" = 0
 expect "... in order" diff -u - "$out" <<'EXPECTED'
@@ -63,6 +65,10 @@ printf '0s port-down rxe0 1\n1s listener-close rxe1\n2s listener-open rxe1\n' >"
 expect "--real refuses listener-close before doing anything (exit 1)" \
   test "$(run --schedule --real "$dir/listener")" = 1
 expect "... naming its line" grep -q 'listener:2: listener-close has no real action' "$err"
+printf '0s port-down rxe0 1\n1s peer-kill rxe1\n2s peer-start rxe1\n' >"$dir/peer"
+expect "--real refuses peer-kill before doing anything (exit 1)" \
+  test "$(run --schedule --real "$dir/peer")" = 1
+expect "... naming its line" grep -q 'peer:2: peer-kill has no real action' "$err"
 printf '0s port-down ../../x 1\n' >"$dir/path"
 expect "--real refuses a name that is a path (exit 1)" test "$(run -s -r "$dir/path")" = 1
 expect "... naming it" grep -q "path:1: '../../x' is not a device or netdev name" "$err"

@@ -923,17 +923,20 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     if (violation.empty() && !client_failed) {
       const auto posted = workload.posted();
       std::size_t taken_by_the_kill = 0;
+      std::string which;  // the first few missing, and whether confirmed
       const auto missing = [&] {
         const auto received = workload.server->received();
         const auto confirmed = workload.client_numbers.confirmed();
         std::size_t n = 0;
         taken_by_the_kill = 0;
+        which.clear();
         for (const auto& [seq, at] : posted) {
           if (received.count(seq) != 0) continue;
           if (killed && at < *killed && confirmed.count(seq) != 0) {
             ++taken_by_the_kill;
-          } else {
-            ++n;
+          } else if (++n <= 5) {
+            which += (which.empty() ? "" : ", ") + std::to_string(seq) +
+                     (confirmed.count(seq) != 0 ? " confirmed" : " not confirmed");
           }
         }
         return n;
@@ -944,7 +947,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       eventually([&] { return missing() <= made_up; }, 10s);
       if (const std::size_t lost = missing(); lost != 0) {
         violation = "(c) " + std::to_string(lost) + " of " + std::to_string(posted.size()) +
-                    " messages posted never arrived (" +
+                    " messages posted never arrived (" + which + "; " +
                     (killed ? std::to_string(taken_by_the_kill) +
                                   " more confirmed before the peer was killed; "
                             : std::string()) +

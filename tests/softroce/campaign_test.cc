@@ -26,7 +26,8 @@
 //   (d) after teardown, this process's fds and threads, and the kernel's
 //       count of each device's objects (QP, CQ, MR, PD, cm_id, context),
 //       are back at what they were before the schedule's workload was made
-//       (a peer process ended by then, its objects with it);
+//       (a peer process ended by then, its objects with it: at SIGTERM,
+//       cleanly, exit 0 within 10 s, so no sanitizer report of its own);
 //   (e) no side recovered more often within the damping window than its
 //       policy's max_recoveries;
 //   (f) a removal of the client's device (`rdma link delete`) returns
@@ -50,6 +51,7 @@
 #define BOOST_TEST_MODULE ibev_softroce_campaign
 #include <dirent.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <rdma/rdma_cma.h>
 #include <unistd.h>
 
@@ -471,10 +473,14 @@ class LocalServer : public Server {
 // peer-start: each process an acceptor of its own to Side. What it tells
 // on stdout is all the runner knows of it; (b) judges the process that
 // lives (a killed one's last words may be cut between a failure told and
-// reported), received() is every process's.
+// reported), received() is every process's. Its end, at the teardown, is
+// a SIGTERM that must end it cleanly (exit 0: no sanitizer report, no
+// hang) within 10 s; what else it did is left in `unclean`, which the
+// runner's (d) reads once the workload is gone.
 class PeerServer : public Server {
  public:
-  explicit PeerServer(std::string program) : program_(std::move(program)) {
+  PeerServer(std::string program, std::string& unclean)
+      : program_(std::move(program)), unclean_(unclean) {
     start();
     port_ = peer_->port();
   }
@@ -525,7 +531,17 @@ class PeerServer : public Server {
     return received_;
   }
   void close_acceptor() override {}
-  void close_sessions() override { peer_.reset(); }  // SIGTERM, waited
+  void close_sessions() override {
+    if (!peer_) return;
+    const int status = peer_->stop(SIGTERM);
+    peer_.reset();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      unclean_ = "the peer process did not end cleanly at SIGTERM (" +
+                 (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                    : "signal " + std::to_string(WTERMSIG(status))) +
+                 ")";
+    }
+  }
 
  private:
   // What the process that lives now told.
@@ -581,6 +597,7 @@ class PeerServer : public Server {
   }
 
   const std::string program_;
+  std::string& unclean_;
   std::uint16_t port_ = 0;  // 0 until the first process listens
   std::unique_ptr<PeerProcess> peer_;
   std::mutex mutex_;
@@ -710,7 +727,7 @@ struct Restore {
 
 // The server a schedule needs: session_peer (--peer PROGRAM) when it kills
 // the peer, else one in this process.
-std::unique_ptr<Server> server_for(const std::vector<Fault>& faults) {
+std::unique_ptr<Server> server_for(const std::vector<Fault>& faults, std::string& unclean) {
   const bool kills = std::any_of(faults.begin(), faults.end(), [](const Fault& fault) {
     return fault.kind == Fault::Kind::kPeerKill;
   });
@@ -719,7 +736,7 @@ std::unique_ptr<Server> server_for(const std::vector<Fault>& faults) {
   if (program.empty()) {
     throw std::runtime_error("a schedule with a peer-kill needs --peer PROGRAM (session_peer)");
   }
-  return std::make_unique<PeerServer>(program);
+  return std::make_unique<PeerServer>(program, unclean);
 }
 
 // Runs `faults` against a fresh workload and checks the invariants: empty,
@@ -747,9 +764,10 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   const Resources before = Resources::now();
   std::string violation;
   std::string not_restored;
+  std::string peer_unclean;
   {
     Restore restore{real, not_restored, {}};  // declared first: after the workload's teardown
-    Workload workload(server_for(faults));
+    Workload workload(server_for(faults, peer_unclean));
     Side& server = workload.server->side;
     if (!eventually([&] { return workload.session->health().state() == ConnectionState::kUp; },
                     20s)) {
@@ -982,6 +1000,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
                 "; now: " + command_output(
                     "{ rdma resource show pd; rdma resource show cm_id; } 2>&1 || true");
   }
+  if (violation.empty() && !peer_unclean.empty()) violation = "(d) " + peer_unclean;
   return violation;
 }
 

@@ -289,11 +289,10 @@ PeerProcess::PeerProcess(const std::string& program, std::uint16_t port, Options
 
 PeerProcess::~PeerProcess() { stop(SIGTERM); }
 
-// Bounded: a process that has not ended 10 s after `signal` is killed.
-void PeerProcess::stop(int signal) {
+int PeerProcess::stop(int signal) {
+  int status = 0;
   if (pid_ > 0) {
     kill(pid_, signal);
-    int status = 0;
     if (!eventually([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, 10s, 10ms)) {
       kill(pid_, SIGKILL);
       waitpid(pid_, &status, 0);
@@ -301,6 +300,7 @@ void PeerProcess::stop(int signal) {
     pid_ = -1;
   }
   if (reader_.joinable()) reader_.join();
+  return status;
 }
 
 }  // namespace ibev::testing

@@ -119,8 +119,9 @@ class PeerProcess {
   PeerProcess& operator=(const PeerProcess&) = delete;
 
   std::uint16_t port() const { return port_; }
-  // Ends it with `signal` and waits: its output is all read after.
-  void stop(int signal);
+  // Ends it with `signal` and waits (10 s at most, then SIGKILL): its
+  // output is all read after. Returns waitpid's status (0 if it had ended).
+  int stop(int signal);
   // "up", "down: CAUSE", ...
   std::vector<std::string> states() { return lines.starting_with("state "); }
 

@@ -814,6 +814,9 @@ int ibev_cm_id_peer_address(const ibev_cm_id *id, char *buffer, size_t size, siz
 // NULL fails the attempt (with errno and ibev_last_error() saying why), and
 // the next is scheduled. Runs on the dispatching thread or the health's
 // executor; `attempt` is the recovery attempt (its undelivered wr_ids).
+// The QP receives before the session runs on it (accepted, from the REP on;
+// until the attempt times out when the RTU is lost): repost its receives as
+// they complete there too (cm/cm_session.h's MakeQp says why).
 typedef ibev_qp *(*ibev_make_qp_fn)(const ibev_cm_id *id, const ibev_recovery_attempt *attempt,
                                     void *context);
 

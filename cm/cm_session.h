@@ -81,7 +81,14 @@ struct CmAcceptorState;
 // to fail the attempt. The device may not be the last attempt's: after a
 // removal and re-add, the old ibev Device is lost with all made on it, and
 // MakeQp opens the new one (Device::open by id.device_name()) and makes its
-// protection domain, memory regions and CQs there.
+// protection domain, memory regions and CQs there. The QP carries traffic
+// before the session runs on it (queue_pair() names it, and the health's
+// completion() hears it, from ESTABLISHED on): accepted, it is in RTS and
+// receives the peer's sends from the REP on, until ESTABLISHED, or, its RTU
+// lost, until the attempt times out. Give it back its receives as they
+// complete there too: the peer's sends to a QP short of receives meet RNR
+// NAKs, each retried only after the RNR timer rdma_cm sets (655 ms), and
+// wait for ever once none is left.
 using MakeQp =
     std::function<std::shared_ptr<QueuePair>(CmId& id, const RecoveryAttempt& attempt)>;
 

@@ -331,6 +331,70 @@ BOOST_AUTO_TEST_CASE(a_client_whose_server_goes_between_rep_and_rtu_fails_after_
   BOOST_TEST(gone.cause == kRejected);
 }
 
+// The campaign's application (session_fixture.h's Numbered) on both sides,
+// the client's RTU lost (#50: a client up while its server's attempt waits
+// for the RTU, until the attempt times out and the server's CM rejects the
+// connection, REJECTED status 28). The server's QP receives from its
+// accept on, before any ESTABLISHED makes it the session's QP, and the
+// client that is up sends at once: more messages than the QP has receive
+// slots all arrive while it is the attempt's, since each receive goes back
+// to the QP it completed on. (Numbered once gave it back only on the
+// session's QP of the moment: this QP took its 32 and answered every later
+// message with an RNR NAK for as long as it lived, and a QP adopted short
+// of receives, after a large resend had used them, could stall for good.)
+BOOST_AUTO_TEST_CASE(messages_past_the_receive_slots_arrive_while_the_server_waits_for_the_rtu) {
+  FirstRtuLost lost;  // before Env: reset once the dispatching thread is gone
+  Env env(test_device());
+  auto channel = CmEventChannel::create(env.dispatcher);
+  Lines log;  // the sessions' handlers write to it until the last goes
+  // Before the sessions, whose QPs complete on their CQs; each lets go of
+  // its session first when it goes.
+  Numbered at_server(env);
+  Numbered at_client(env);
+  std::mutex mutex;
+  std::vector<std::shared_ptr<CmSession>> kept;
+  CmAcceptor::Options accepting;
+  accepting.make_qp = at_server.make_qp();
+  accepting.health.recovery.policy = quick_recovery(60s);
+  // Far past the waits below: the attempt keeps its QP, not yet the
+  // session's (a timeout would reject the client, whose next up resends).
+  accepting.connect_timeout = 60s;
+  auto acceptor = CmAcceptor::listen(
+      channel, CmAddress::parse(cm_host(), 0),
+      [&](const std::shared_ptr<CmSession>& session) {
+        std::lock_guard<std::mutex> lock(mutex);
+        kept.push_back(session);
+        at_server.attach(session);
+      },
+      [&](std::uint64_t, const HealthChange& change) { heard(log, "server", change); },
+      accepting);
+  CmSession::Options options;
+  options.id = 42;
+  options.make_qp = at_client.make_qp();
+  options.health.recovery.policy = quick_recovery(60s);
+  auto client = CmSession::connect(
+      channel, CmAddress::parse(cm_host(), acceptor->local_address().port()),
+      [&](const HealthChange& change) { heard(log, "client", change); }, options);
+  at_client.attach(client);
+  BOOST_REQUIRE_MESSAGE(log.wait_count("client: up", 1, 20s), log.text());
+  BOOST_REQUIRE_EQUAL(lost.calls(), 1);
+
+  constexpr std::uint64_t kMessages = 40;  // past Numbered's 32 receive slots
+  for (std::uint64_t seq = 1; seq <= kMessages; ++seq) at_client.send(seq);
+  BOOST_TEST(eventually([&] { return at_server.received().size() == kMessages; }, 20s),
+             at_server.received().size() << " of " << kMessages << " arrived; " << log.text());
+  BOOST_TEST(log.count("client: down") == 0u, log.text());
+
+  acceptor->close();
+  client->close();
+  std::vector<std::shared_ptr<CmSession>> sessions;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    sessions = kept;
+  }
+  for (const auto& session : sessions) session->close();
+}
+
 // A server whose CM takes the request and never answers it (a listener
 // that keeps its new ids): each attempt fails after connect_timeout, its id
 // closed (the server's id hears nothing more of it), and the next one sends

@@ -39,7 +39,7 @@ Numbered::Numbered(Env& env)
 // destroyed (EBUSY), and ASan calls it a leak.
 Numbered::~Numbered() {
   std::shared_ptr<CmSession> session;
-  std::vector<std::weak_ptr<QueuePair>> made;
+  std::vector<Made> made;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     session.swap(session_);
@@ -49,7 +49,7 @@ Numbered::~Numbered() {
   static_cast<void>(eventually(
       [&] {
         return std::all_of(made.begin(), made.end(),
-                           [](const std::weak_ptr<QueuePair>& qp) { return qp.expired(); });
+                           [](const Made& one) { return one.qp.expired(); });
       },
       10s, 10ms));
   for (const auto& on : on_devices_) on->cq->close();
@@ -105,7 +105,7 @@ MakeQp Numbered::make_qp() {
         undelivered_.push_back(seq);
       }
     }
-    made_.push_back(qp);
+    made_.push_back({qp, on.get()});
     return qp;
   };
 }
@@ -178,10 +178,31 @@ void Numbered::say(const std::string& line) {
   if (echo) echo(line);
 }
 
-// On the dispatching thread, from the CQ on `on`'s device. A receive is
-// reposted on the session's QP if it is still the one that received it.
-// Only the current device's completions are the health's: QP numbers are
-// per device, so an old device's QP may carry the current QP's number.
+std::shared_ptr<QueuePair> Numbered::made_on(const OnDevice* on, std::uint32_t qp_num) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = made_.rbegin(); it != made_.rend(); ++it) {
+    if (it->on != on) continue;
+    auto qp = it->qp.lock();
+    if (!qp) continue;
+    if (const ibv_qp* raw = qp->get(); raw != nullptr && raw->qp_num == qp_num) return qp;
+  }
+  return nullptr;
+}
+
+// On the dispatching thread, from the CQ on `on`'s device. Only the current
+// device's completions are the health's: QP numbers are per device, so an
+// old device's QP may carry the current QP's number.
+//
+// A receive goes back to the QP it completed on while that QP is open,
+// whether or not the session runs on it yet, as an application's receive
+// loop does: an accepted QP receives from rdma_accept on (RTS), before its
+// ESTABLISHED makes it the session's QP (and never, when the RTU is lost
+// and the attempt times out), and a client that is up sends at once (the
+// next up's resend first). Given back only on the session's QP of the
+// moment, as this once was (#50), such a QP took kRecvSlots messages, or
+// was adopted short of receives, and answered every later one with an RNR
+// NAK, each retried after rdma_cm's 655 ms timer, for as long as it lived:
+// the client's sends stalled, and with none left a message never arrived.
 void Numbered::completed(const OnDevice* on, const ibv_wc& wc) {
   std::shared_ptr<CmSession> session;
   bool current = false;
@@ -202,11 +223,13 @@ void Numbered::completed(const OnDevice* on, const ibv_wc& wc) {
   const std::string text(memory_.data() + (kSendSlots + wc.wr_id) * kSlot);
   unsigned long long seq = 0;
   const bool numbered = std::sscanf(text.c_str(), "seq %llu", &seq) == 1;
-  // The slot goes back to the session's QP of the moment, if this came
-  // through it and it is open (a removed device's is closed: no number).
-  if (auto qp = session ? session->queue_pair() : nullptr; qp && current) {
-    if (const ibv_qp* raw = qp->get(); raw != nullptr && raw->qp_num == wc.qp_num) {
+  // Read first: the slot is written again once it goes back. A QP closed
+  // (its device removed) has no number, and is not found.
+  if (auto qp = made_on(on, wc.qp_num)) {
+    try {
       post_recv(*qp, *on->mr, wc.wr_id);
+    } catch (const std::system_error&) {
+      // Closed meanwhile: nothing receives there any more.
     }
   }
   if (!numbered) return say(std::string("received garbage: ") + text);

@@ -5,7 +5,10 @@
 // as an application that wants its messages does. The receiving side keeps
 // the numbers it got and how many came twice (a message delivered whose ack
 // the outage lost is sent again: the application, not the transport, drops
-// the copy). Its verbs objects follow the session's device: an attempt on
+// the copy). Each QP's receives (kRecvSlots, in slots all its QPs share)
+// go back to it as they complete, whether or not the session runs on it
+// yet: an accepted QP receives before its ESTABLISHED, or without one when
+// the RTU is lost. Its verbs objects follow the session's device: an attempt on
 // another device than the last (the old one removed and re-added, say)
 // opens that device and makes its own protection domain, memory region and
 // CQ there, as an application that survives a device's removal does.
@@ -94,7 +97,15 @@ class Numbered {
   std::size_t duplicates_ = 0;
   std::vector<std::chrono::steady_clock::time_point> sent_;
   std::set<std::uint64_t> confirmed_;
-  std::vector<std::weak_ptr<QueuePair>> made_;
+  // Every QP made, with the verbs objects (the CQ) it was made on.
+  struct Made {
+    std::weak_ptr<QueuePair> qp;
+    const OnDevice* on;
+  };
+  // The open QP made on `on` whose number is `qp_num`, if any (numbers are
+  // per device: another device's QP may have the same).
+  std::shared_ptr<QueuePair> made_on(const OnDevice* on, std::uint32_t qp_num);
+  std::vector<Made> made_;
   // Every one made, the current last: their CQs' handlers use the above.
   std::vector<std::shared_ptr<OnDevice>> on_devices_;
 };

@@ -998,7 +998,8 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     // module): what a report of a leak needs first.
     violation = "(d) after teardown " + Resources::now().text() + ", before " + before.text() +
                 "; now: " + command_output(
-                    "{ rdma resource show pd; rdma resource show cm_id; } 2>&1 || true");
+                    "{ rdma resource show pd; rdma resource show cq; rdma resource show cm_id; "
+                    "ls -l /proc/" + std::to_string(getpid()) + "/fd; } 2>&1 || true");
   }
   if (violation.empty() && !peer_unclean.empty()) violation = "(d) " + peer_unclean;
   return violation;

@@ -65,6 +65,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -112,6 +113,43 @@ constexpr auto kDeleteBound = 20000ms;
 // Both sides' recovery: soon, backing off to 400 ms, damped past 3
 // recoveries within 3 s, given up after kGiveUpAfter.
 RecoveryPolicy recovery_policy() { return quick_recovery(kGiveUpAfter); }
+
+// Every Failure a Dispatcher of this process reports during a schedule
+// (either side's: the server's in this process, the client's), kept for
+// (d): a destroy verb refused at the teardown ("destroy failed", the object
+// given up) is what leaves a device's objects behind, and it is reported
+// to a sink the runner otherwise reads only for "connection failed".
+class Reported {
+ public:
+  static Reported& all() {
+    static Reported reported;
+    return reported;
+  }
+  // An echo for FailureLog::echo_to, each line marked with its side.
+  std::function<void(const std::string&)> from(const std::string& side) {
+    return [this, side](const std::string& line) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      lines_.push_back(side + ": " + line);
+    };
+  }
+  // The lines starting with `kind` after the side's mark, and forgets all.
+  std::vector<std::string> take(const std::string& kind) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> kept;
+    for (const std::string& line : lines_) {
+      const auto mark = line.find(": ");
+      if (mark != std::string::npos && line.compare(mark + 2, kind.size(), kind) == 0) {
+        kept.push_back(line);
+      }
+    }
+    lines_.clear();
+    return kept;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
 
 // The veth pair keeps its IPv6 addresses over a flap (rdma_cm finds each
 // device by its address), as the two-host tests' does; put back as found.
@@ -408,6 +446,7 @@ class LocalServer : public Server {
  public:
   LocalServer()
       : env_(test_device2()), channel_(CmEventChannel::create(env_.dispatcher)), numbers_(env_) {
+    env_.failures.echo_to(Reported::all().from("server"));
     acceptor_ = listen(0);
     port_ = acceptor_->local_address().port();
   }
@@ -618,6 +657,7 @@ class Workload {
         client_env(test_device()),
         client_channel(CmEventChannel::create(client_env.dispatcher)),
         client_numbers(client_env) {
+    client_env.failures.echo_to(Reported::all().from("client"));
     CmSession::Options options;
     options.id = 42;
     options.source = CmAddress::parse(cm_host(), 0);
@@ -762,6 +802,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   }();
   if (!warmed) return "the warm-up session never came up";
   const Resources before = Resources::now();
+  static_cast<void>(Reported::all().take(""));  // the warm-up's, or the last schedule's
   std::string violation;
   std::string not_restored;
   std::string peer_unclean;
@@ -996,10 +1037,20 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       !eventually([&] { return Resources::now() == before; }, 10s, 100ms)) {
     // Whose objects they are (a process's, by pid, or the kernel's, by
     // module): what a report of a leak needs first.
+    // A CQ whose destroy was refused (a QP still on it) keeps its
+    // completion channel's fd open, and rxe's provider its ring mapped on
+    // the device's uverbs file, so that context and CQ outlive
+    // ibv_close_device: the destroys refused are named first.
+    std::string refused;
+    for (const std::string& line : Reported::all().take("destroy failed")) {
+      refused += (refused.empty() ? "" : "; ") + line;
+    }
     violation = "(d) after teardown " + Resources::now().text() + ", before " + before.text() +
+                "; destroys refused: " + (refused.empty() ? "none" : refused) +
                 "; now: " + command_output(
-                    "{ rdma resource show pd; rdma resource show cq; rdma resource show cm_id; "
-                    "ls -l /proc/" + std::to_string(getpid()) + "/fd; } 2>&1 || true");
+                    "{ rdma resource show pd; rdma resource show cq; rdma resource show ctx; "
+                    "rdma resource show cm_id; ls -l /proc/" + std::to_string(getpid()) +
+                    "/fd; } 2>&1 || true");
   }
   if (violation.empty() && !peer_unclean.empty()) violation = "(d) " + peer_unclean;
   return violation;
@@ -1109,6 +1160,9 @@ std::vector<Fault> read_file(const std::string& path) {
   return read_fault_schedule(in, path);
 }
 
+// The runner's workload, apart from verbs_fixture.h's of the same name.
+using CampaignWorkload = Workload;
+
 }  // namespace
 
 // The campaign: each seed's schedules keep every invariant (or, with
@@ -1163,6 +1217,40 @@ BOOST_AUTO_TEST_CASE(a_violation_is_found_shrunk_and_written_replayable) {
   Tally tally;
   BOOST_TEST(run_schedule(written, Breakage::kForgetAMessageAtAPortDown, tally).rfind("(c)", 0) ==
              0u);
+}
+
+// A QP still held when the workload is torn down (by whatever the
+// teardown does not know of: here the test) is closed by its Numbered
+// before the CQ it completes on, so the CQ's destroy is not refused and
+// nothing of the device stays (#50, seed 508's (d): ctx, cq and one fd more
+// after the teardown). A CQ closed under an open QP is refused (EBUSY) and
+// given up; its completion channel then cannot be destroyed (an fd left),
+// and rxe's provider keeps the CQ's ring mapped on the context's uverbs
+// file, so the context and the CQ outlive ibv_close_device.
+BOOST_AUTO_TEST_CASE(a_qp_held_past_the_teardown_leaves_nothing_of_the_device) {
+  if (!arguments().schedule.empty() || !arguments().reproduce.empty()) return;
+  Tally tally;
+  // The warm-up (run_schedule's, before its baseline), and a check that
+  // the harness is sound.
+  BOOST_TEST_REQUIRE(run_schedule({}, Breakage::kNone, tally) == "");
+  const Resources before = Resources::now();
+  static_cast<void>(Reported::all().take(""));
+  std::shared_ptr<QueuePair> held;
+  {
+    CampaignWorkload workload(std::make_unique<LocalServer>());
+    workload.client_numbers.let_go_within = 200ms;
+    BOOST_TEST_REQUIRE(eventually(
+        [&] { return workload.session->health().state() == ConnectionState::kUp; }, 20s));
+    held = workload.session->queue_pair();
+    BOOST_TEST_REQUIRE(held != nullptr);
+  }
+  std::string refused;
+  for (const std::string& line : Reported::all().take("destroy failed")) refused += line + "; ";
+  BOOST_TEST(refused.empty(), "destroys refused at the teardown: " << refused);
+  BOOST_TEST(held->get() == nullptr, "the held QP was left open");
+  held.reset();  // the last of the client's device: its context closes here
+  BOOST_TEST(eventually([&] { return Resources::now() == before; }, 10s, 100ms),
+             "after teardown " << Resources::now().text() << ", before " << before.text());
 }
 
 // The peer process killed, and started again on its port: within

@@ -64,6 +64,11 @@ class Numbered {
   // The devices its verbs objects were made on, the first (Env's) first.
   std::vector<std::shared_ptr<Device>> devices();
 
+  // How long the destructor waits, after the session, for every QP made
+  // to be let go of by whatever else held it; one still held then is
+  // closed there, before its CQ (a test shortens it).
+  std::chrono::milliseconds let_go_within{10000};
+
   // "received N", "error STATUS", each also given to `echo` if set.
   Lines log;
   std::function<void(const std::string&)> echo;

@@ -28,11 +28,29 @@ status=0
 # A process a seed: a seed whose harness broke (librdmacm 44.0's device
 # list can lose a device a removal and re-add left, docs/reliability.md)
 # takes no later seed with it.
+# A seed still running past its bound (30 s for each schedule and each of
+# the 20 shrinking runs, about 4 times what one takes: every wait in the
+# runner is bounded) is
+# a hang: its threads' stacks are printed (gdb), the seed is killed and
+# counted as a broken harness, and the next seed runs.
 IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_run.sh --devices 2 -- \
   /bin/bash -c 'status=0
+    bound=$((($3 + 20) * 30))
     for ((seed = $1; seed < $1 + $2; seed++)); do
       "$0" --log_level=message --color_output=no --run_test=every_schedule_keeps_the_invariants -- \
-        --seed "$seed" --cases "$3" --peer "$4" || status=$?
+        --seed "$seed" --cases "$3" --peer "$4" &
+      pid=$!
+      for ((waited = 0; waited < bound; waited++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 1
+      done
+      if kill -0 "$pid" 2>/dev/null; then
+        echo "campaign seed $seed: the harness broke: still running after ${bound} s (a hang); its threads:"
+        timeout 120 gdb -batch -nx -ex "set pagination off" -ex "thread apply all bt" -p "$pid" 2>&1 |
+          grep -vE "^\[(New LWP|Thread debugging|Inferior)"
+        kill -9 "$pid"
+      fi
+      wait "$pid" || status=$?
     done
     exit "$status"' "$binary" "$first" "$count" "$cases" "$peer" >"$log" 2>&1 || status=$?
 ended=$(date +%s)

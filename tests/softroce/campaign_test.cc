@@ -806,6 +806,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   std::string violation;
   std::string not_restored;
   std::string peer_unclean;
+  const std::size_t held_before = Numbered::held_at_teardown();
   {
     Restore restore{real, not_restored, {}};  // declared first: after the workload's teardown
     Workload workload(server_for(faults, peer_unclean));
@@ -1053,6 +1054,15 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
                     "/fd; } 2>&1 || true");
   }
   if (violation.empty() && !peer_unclean.empty()) violation = "(d) " + peer_unclean;
+  // A QP still held 10 s after its session closed: what held it is a leak,
+  // though the application's teardown closed it (before its CQ, so the
+  // counts above come back).
+  if (const std::size_t held = Numbered::held_at_teardown() - held_before;
+      violation.empty() && held != 0) {
+    violation = "(d) " + std::to_string(held) +
+                " QPs still held 10 s after their session closed (closed by the "
+                "application's teardown)";
+  }
   return violation;
 }
 
@@ -1221,8 +1231,8 @@ BOOST_AUTO_TEST_CASE(a_violation_is_found_shrunk_and_written_replayable) {
 
 // A QP still held when the workload is torn down (by whatever the
 // teardown does not know of: here the test) is closed by its Numbered
-// before the CQ it completes on, so the CQ's destroy is not refused and
-// nothing of the device stays (#50, seed 508's (d): ctx, cq and one fd more
+// before the CQ it completes on, and counted (a schedule's (d) reports it),
+// so the CQ's destroy is not refused and nothing of the device stays (#50, seed 508's (d): ctx, cq and one fd more
 // after the teardown). A CQ closed under an open QP is refused (EBUSY) and
 // given up; its completion channel then cannot be destroyed (an fd left),
 // and rxe's provider keeps the CQ's ring mapped on the context's uverbs
@@ -1235,6 +1245,7 @@ BOOST_AUTO_TEST_CASE(a_qp_held_past_the_teardown_leaves_nothing_of_the_device) {
   BOOST_TEST_REQUIRE(run_schedule({}, Breakage::kNone, tally) == "");
   const Resources before = Resources::now();
   static_cast<void>(Reported::all().take(""));
+  const std::size_t held_before = Numbered::held_at_teardown();
   std::shared_ptr<QueuePair> held;
   {
     CampaignWorkload workload(std::make_unique<LocalServer>());
@@ -1248,6 +1259,8 @@ BOOST_AUTO_TEST_CASE(a_qp_held_past_the_teardown_leaves_nothing_of_the_device) {
   for (const std::string& line : Reported::all().take("destroy failed")) refused += line + "; ";
   BOOST_TEST(refused.empty(), "destroys refused at the teardown: " << refused);
   BOOST_TEST(held->get() == nullptr, "the held QP was left open");
+  // And counted, as run_schedule's (d) reads it.
+  BOOST_TEST(Numbered::held_at_teardown() == held_before + 1);
   held.reset();  // the last of the client's device: its context closes here
   BOOST_TEST(eventually([&] { return Resources::now() == before; }, 10s, 100ms),
              "after teardown " << Resources::now().text() << ", before " << before.text());

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <system_error>
@@ -44,6 +45,15 @@ Numbered::Numbered(Env& env)
 // held when the wait is over is closed here, by the application that made
 // it, as Device::close() would, and said on stderr: whoever held it sees
 // it closed (ENODEV).
+namespace {
+std::atomic<std::size_t>& held_at_teardown_count() {
+  static std::atomic<std::size_t> count{0};
+  return count;
+}
+}  // namespace
+
+std::size_t Numbered::held_at_teardown() { return held_at_teardown_count().load(); }
+
 Numbered::~Numbered() {
   std::shared_ptr<CmSession> session;
   std::vector<Made> made;
@@ -72,6 +82,7 @@ Numbered::~Numbered() {
       qp->close();
     }
   }
+  held_at_teardown_count() += held;
   if (held != 0) {
     std::fprintf(stderr,
                  "Numbered: %zu QP(s) still open %lld ms after the session closed, closed "
@@ -99,6 +110,11 @@ std::shared_ptr<Numbered::OnDevice> Numbered::make_on(std::shared_ptr<Device> de
 }
 
 std::shared_ptr<Numbered::OnDevice> Numbered::on_device(const std::string& name) {
+  // A closed id names no device, and Device::open("") would open the
+  // first one: the attempt fails instead.
+  if (name.empty()) {
+    throw std::system_error(ENODEV, std::generic_category(), "Numbered::make_qp: the id is closed");
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto& on = on_devices_.back();

@@ -68,6 +68,9 @@ class Numbered {
   // to be let go of by whatever else held it; one still held then is
   // closed there, before its CQ (a test shortens it).
   std::chrono::milliseconds let_go_within{10000};
+  // How many QPs every Numbered of this process had to close so, so far:
+  // what held them past their session is a leak for the test to report.
+  static std::size_t held_at_teardown();
 
   // "received N", "error STATUS", each also given to `echo` if set.
   Lines log;

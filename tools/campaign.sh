@@ -9,6 +9,9 @@
 #
 #   tools/campaign.sh [FIRST [COUNT [CASES]]]     (defaults 100 10 10)
 #
+# CAMPAIGN_SEED_BOUND=S: a seed's bound in seconds (below), instead of 30 s
+# for each schedule and shrinking run.
+#
 # The VM's timeout grows with the run (about 8 s a schedule under TCG, at
 # most); run it holding /tmp/ibev-vm.lock where others share the machine.
 set -euo pipefail
@@ -31,11 +34,27 @@ status=0
 # A seed still running past its bound (30 s for each schedule and each of
 # the 20 shrinking runs, about 4 times what one takes: every wait in the
 # runner is bounded) is
-# a hang: its threads' stacks are printed (gdb), the seed is killed and
-# counted as a broken harness, and the next seed runs.
+# a hang: its stacks are printed, the seed is killed with the processes it
+# started and counted as a broken harness, and the next seed runs. The
+# kernel's stacks come first, of every thread of the runner and of its
+# child processes (the peer process, an rdma, ip or tc command: the runner
+# waits for each), then of every task in uninterruptible sleep (a kworker
+# the others wait for), as softroce_run.sh's dump does for a whole job;
+# then gdb's of the runner. A thread stuck in the kernel (a peer that a
+# SIGKILL cannot end, an `rdma link add` that does not return) shows only
+# there.
 IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_run.sh --devices 2 -- \
   /bin/bash -c 'status=0
-    bound=$((($3 + 20) * 30))
+    bound=${CAMPAIGN_SEED_BOUND:-$((($3 + 20) * 30))}
+    family() {
+      local child
+      echo "$1"
+      for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do family "$child"; done
+    }
+    kernel_stack() {
+      echo "-- ${1#/proc/} ($(cat "$1/comm" 2>/dev/null)), $(grep -m1 "^State:" "$1/status" 2>/dev/null):"
+      cat "$1/stack" 2>/dev/null
+    }
     for ((seed = $1; seed < $1 + $2; seed++)); do
       "$0" --log_level=message --color_output=no --run_test=every_schedule_keeps_the_invariants -- \
         --seed "$seed" --cases "$3" --peer "$4" &
@@ -45,10 +64,22 @@ IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_
         sleep 1
       done
       if kill -0 "$pid" 2>/dev/null; then
-        echo "campaign seed $seed: the harness broke: still running after ${bound} s (a hang); its threads:"
+        echo "campaign seed $seed: the harness broke: still running after ${bound} s (a hang)"
+        pids=$(family "$pid")
+        echo "every thread of it and of its child processes, in the kernel:"
+        for p in $pids; do
+          for task in /proc/"$p"/task/*; do kernel_stack "$task"; done
+        done
+        echo "every other task in uninterruptible sleep (D), in the kernel:"
+        for task in /proc/[0-9]*/task/[0-9]*; do
+          grep -q "^State:.D" "$task/status" 2>/dev/null || continue
+          grep -qx "${task#/proc/}" <<<"$(for p in $pids; do ls -d /proc/"$p"/task/* 2>/dev/null; done | sed "s|^/proc/||")" ||
+            kernel_stack "$task"
+        done
+        echo "its threads (gdb):"
         timeout 120 gdb -batch -nx -ex "set pagination off" -ex "thread apply all bt" -p "$pid" 2>&1 |
           grep -vE "^\[(New LWP|Thread debugging|Inferior)"
-        kill -9 "$pid"
+        kill -9 $pids 2>/dev/null
       fi
       wait "$pid" || status=$?
     done

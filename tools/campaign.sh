@@ -43,7 +43,8 @@ status=0
 # then gdb's of the runner. A thread stuck in the kernel (a peer that a
 # SIGKILL cannot end, an `rdma link add` that does not return) shows only
 # there.
-IBEV_VM_TIMEOUT=$((60 + count * cases * 15)) nice -n 10 tools/softroce/softroce_run.sh --devices 2 -- \
+# The VM's time has room for one hang's bound.
+IBEV_VM_TIMEOUT=$((60 + count * cases * 15 + ${CAMPAIGN_SEED_BOUND:-$(((cases + 20) * 30))})) nice -n 10 tools/softroce/softroce_run.sh --devices 2 -- \
   /bin/bash -c 'status=0
     bound=${CAMPAIGN_SEED_BOUND:-$((($3 + 20) * 30))}
     family() {

@@ -21,8 +21,9 @@
 //   (c) with the session up, every message posted through it arrived
 //       (those an attempt listed undelivered sent again, as an application
 //       does; a copy is allowed, a loss is not), but one a killed peer took
-//       with it: posted before the kill and confirmed (its send completed
-//       with success: the peer's NIC had it, its process may not have);
+//       with it: confirmed before the next peer process started (its send
+//       completed with success: the peer's NIC had it, its process may not
+//       have);
 //   (d) after teardown, this process's fds and threads, and the kernel's
 //       count of each device's objects (QP, CQ, MR, PD, cm_id, context),
 //       are back at what they were before the schedule's workload was made
@@ -36,8 +37,8 @@
 // reproduce string, is shrunk (fewer faults, shorter gaps) within a budget of
 // runs, and the least schedule that still fails is written as a fault
 // schedule file (into TEST_UNDECLARED_OUTPUTS_DIR when set) that this
-// runner's --schedule mode and, without its qp-fatals and listener faults,
-// `ibev-replay --schedule --real` replay.
+// runner's --schedule mode and, without its qp-fatals, listener and peer
+// faults, `ibev-replay --schedule --real` replay.
 //
 // Arguments (after --): --seed N (repeatable; default the suite's fixed
 // seeds), --cases N per seed, --peer PROGRAM (session_peer: without it a
@@ -50,6 +51,7 @@
 // violations and the time taken (tools/campaign.sh sums them).
 #define BOOST_TEST_MODULE ibev_softroce_campaign
 #include <dirent.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <rdma/rdma_cma.h>
@@ -150,6 +152,21 @@ class Reported {
   std::mutex mutex_;
   std::vector<std::string> lines_;
 };
+
+// One malloc arena, before any thread: librdmacm 44.0 (Debian 12) sorts its
+// device list with a comparator that truncates the difference of two
+// ibv_device pointers to an int, so devices libibverbs allocated on
+// different threads, in arenas gigabytes apart, can sort wrong, and its
+// sync after a removal and re-add drops devices still there, at worst all
+// of them; its next rdma_get_cm_event then deadlocks in ucma_init (the long
+// run's seed 606: docs/design.md, "The connection manager"). Every
+// ibv_device in one heap is within 2 GiB of the others, where the
+// comparator sorts right. Not ibev's to mend, and a broken harness judges
+// nothing.
+struct OneMallocArena {
+  OneMallocArena() { mallopt(M_ARENA_MAX, 1); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(OneMallocArena);
 
 // The veth pair keeps its IPv6 addresses over a flap (rdma_cm finds each
 // device by its address), as the two-host tests' does; put back as found.
@@ -500,11 +517,12 @@ class LocalServer : public Server {
   Env env_;
   std::shared_ptr<CmEventChannel> channel_;
   Numbered numbers_;
-  std::shared_ptr<CmAcceptor> acceptor_;  // the current one
   std::uint16_t port_ = 0;
   std::size_t acceptors_ = 0;  // made so far
   std::mutex mutex_;
   std::vector<std::shared_ptr<CmSession>> sessions_;
+  // After what its callbacks use, so that it goes first.
+  std::shared_ptr<CmAcceptor> acceptor_;  // the current one
 };
 
 // The server as session_peer (tests/softroce/session_fixture.h), killed
@@ -638,11 +656,12 @@ class PeerServer : public Server {
   const std::string program_;
   std::string& unclean_;
   std::uint16_t port_ = 0;  // 0 until the first process listens
-  std::unique_ptr<PeerProcess> peer_;
   std::mutex mutex_;
   std::size_t process_ = 0;  // started so far
   Heard now_;
   std::set<std::uint64_t> received_;
+  // Last: ended (its reader, which calls heard(), joined) before the above.
+  std::unique_ptr<PeerProcess> peer_;
 };
 
 // The workload, as two hosts would have it: the server (above) and a client
@@ -819,7 +838,11 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     workload.start_sending();
     const auto start = Clock::now();
     bool forgotten = false;
-    std::optional<Clock::time_point> killed;  // the last peer-kill's
+    bool killed = false;
+    // What the client's sends had confirmed when each peer-start came: all
+    // a killed process can have taken with it (after it, a confirmation may
+    // be the new process's, which must report what it got).
+    std::set<std::uint64_t> confirmed_before_a_start;
     for (const Fault& fault : faults) {
       std::this_thread::sleep_until(start + fault.at);
       if (fault.kind == Fault::Kind::kQpFatal) {
@@ -851,10 +874,12 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
       }
       if (fault.kind == Fault::Kind::kPeerKill) {
         workload.server->kill();
-        killed = Clock::now();
+        killed = true;
         continue;
       }
       if (fault.kind == Fault::Kind::kPeerStart) {
+        const auto confirmed = workload.client_numbers.confirmed();
+        confirmed_before_a_start.insert(confirmed.begin(), confirmed.end());
         workload.server->start();
         continue;
       }
@@ -976,9 +1001,10 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     // (c) nothing posted is lost while the session is up, but what a
     // killed peer took with it: a message its NIC placed (the send
     // completed with success, which is all RC promises) before its process
-    // read it. So a message missing after a peer-kill is allowed if it
-    // was posted before the last kill and confirmed; one not confirmed was
-    // flushed, listed undelivered and sent again, and must have arrived.
+    // read it. So a message missing after a peer-kill is allowed if its
+    // send had completed with success before the next process started; one
+    // not confirmed by then was flushed, listed undelivered and sent again,
+    // and must have arrived.
     ++tally.checks;
     if (violation.empty() && !client_failed) {
       const auto posted = workload.posted();
@@ -992,7 +1018,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
         which.clear();
         for (const auto& [seq, at] : posted) {
           if (received.count(seq) != 0) continue;
-          if (killed && at < *killed && confirmed.count(seq) != 0) {
+          if (confirmed_before_a_start.count(seq) != 0) {
             ++taken_by_the_kill;
           } else if (++n <= 5) {
             which += (which.empty() ? "" : ", ") + std::to_string(seq) +
@@ -1009,7 +1035,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
         violation = "(c) " + std::to_string(lost) + " of " + std::to_string(posted.size()) +
                     " messages posted never arrived (" + which + "; " +
                     (killed ? std::to_string(taken_by_the_kill) +
-                                  " more confirmed before the peer was killed; "
+                                  " more confirmed before a new peer process started; "
                             : std::string()) +
                     "client " + workload.client.text() + ")";
       }
@@ -1272,7 +1298,7 @@ BOOST_AUTO_TEST_CASE(a_qp_held_past_the_teardown_leaves_nothing_of_the_device) {
 // has no session. Every invariant is kept either way (what the killed
 // process had read is all that may be lost).
 BOOST_DATA_TEST_CASE(a_peer_killed_and_started_again_keeps_the_invariants,
-                     boost::unit_test::data::make({900, 3800}), start_ms) {
+                     boost::unit_test::data::make({900, 5000}), start_ms) {
   if (!arguments().schedule.empty() || !arguments().reproduce.empty()) return;
   BOOST_TEST_REQUIRE(!arguments().peer.empty(), "needs --peer PROGRAM (session_peer)");
   std::vector<Fault> faults(2);

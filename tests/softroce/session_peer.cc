@@ -2,11 +2,11 @@
 // killed peer: another process, on its own rxe device, as a server
 // application is. It listens with a CmAcceptor on ADDRESS:PORT (0: any) and
 // keeps every session it is given; it tells on stdout, one line each, what
-// the test reads: "listening PORT", "session ID", "state STATE[: CAUSE]"
-// (each after a line "sessions STATE..." with every session's state of that
-// moment, in the order they came, the two in one write, so that a SIGKILL
-// leaves both or neither), "received N", "failure: ..." (as the Dispatcher
-// reports it). It runs until SIGTERM (or SIGKILL: a peer that dies).
+// the test reads: "listening PORT", "session ID" (a session new to it, not
+// up yet), "state STATE[: CAUSE]" (each of these two after a line
+// "sessions STATE..." with every session's state of that moment, in the
+// order they came, the two in one write, so that a SIGKILL leaves both or
+// neither), "received N", "failure: ..." (as the Dispatcher reports it). It runs until SIGTERM (or SIGKILL: a peer that dies).
 //
 //   session_peer DEVICE ADDRESS PORT GIVE_UP_MS [CONNECT_TIMEOUT_MS]
 #include <signal.h>
@@ -56,6 +56,15 @@ int main(int argc, char** argv) {
   side.echo = tell;
   std::mutex mutex;
   std::vector<std::shared_ptr<CmSession>> sessions;
+  // "sessions STATE...": every session's state now, in the order they came.
+  const auto states = [&] {
+    std::string line = "sessions";
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& session : sessions) {
+      line += " " + std::string(to_string(session->health().state()));
+    }
+    return line;
+  };
 
   CmAcceptor::Options options;
   options.make_qp = side.make_qp();
@@ -70,17 +79,10 @@ int main(int argc, char** argv) {
           sessions.push_back(session);
         }
         side.attach(session);
-        tell("session " + std::to_string(session->id()));
+        tell(states() + "\nsession " + std::to_string(session->id()));
       },
       [&](std::uint64_t, const HealthChange& change) {
-        std::string states = "sessions";
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          for (const auto& session : sessions) {
-            states += " " + std::string(to_string(session->health().state()));
-          }
-        }
-        tell(states + "\nstate " + state_line(change));
+        tell(states() + "\nstate " + state_line(change));
         if (change.to == ConnectionState::kUp) side.resend();
       },
       options);

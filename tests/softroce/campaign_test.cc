@@ -669,9 +669,9 @@ class PeerServer : public Server {
 // numbered messages every 10 ms while up, from a thread of its own; what it
 // posted is kept, with when. The runner's thread does the server's faults
 // and the teardown.
-class Workload {
+class SessionWorkload {
  public:
-  explicit Workload(std::unique_ptr<Server> made)
+  explicit SessionWorkload(std::unique_ptr<Server> made)
       : server(std::move(made)),
         client_env(test_device()),
         client_channel(CmEventChannel::create(client_env.dispatcher)),
@@ -694,7 +694,7 @@ class Workload {
     client_numbers.attach(session);
   }
 
-  ~Workload() {
+  ~SessionWorkload() {
     stop_sending();
     server->close_acceptor();
     session->close();
@@ -815,7 +815,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   // keep for the process's life (rdma_cm's fd, the netlink socket): made
   // once before the baseline, so (d) sees only what a schedule leaves.
   static const bool warmed = [] {
-    Workload warm_up(std::make_unique<LocalServer>());
+    SessionWorkload warm_up(std::make_unique<LocalServer>());
     return eventually(
         [&] { return warm_up.session->health().state() == ConnectionState::kUp; }, 20s);
   }();
@@ -828,7 +828,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
   const std::size_t held_before = Numbered::held_at_teardown();
   {
     Restore restore{real, not_restored, {}};  // declared first: after the workload's teardown
-    Workload workload(server_for(faults, peer_unclean));
+    SessionWorkload workload(server_for(faults, peer_unclean));
     Side& server = workload.server->side;
     if (!eventually([&] { return workload.session->health().state() == ConnectionState::kUp; },
                     20s)) {
@@ -1196,9 +1196,6 @@ std::vector<Fault> read_file(const std::string& path) {
   return read_fault_schedule(in, path);
 }
 
-// The runner's workload, apart from verbs_fixture.h's of the same name.
-using CampaignWorkload = Workload;
-
 }  // namespace
 
 // The campaign: each seed's schedules keep every invariant (or, with
@@ -1274,7 +1271,7 @@ BOOST_AUTO_TEST_CASE(a_qp_held_past_the_teardown_leaves_nothing_of_the_device) {
   const std::size_t held_before = Numbered::held_at_teardown();
   std::shared_ptr<QueuePair> held;
   {
-    CampaignWorkload workload(std::make_unique<LocalServer>());
+    SessionWorkload workload(std::make_unique<LocalServer>());
     workload.client_numbers.let_go_within = 200ms;
     BOOST_TEST_REQUIRE(eventually(
         [&] { return workload.session->health().state() == ConnectionState::kUp; }, 20s));

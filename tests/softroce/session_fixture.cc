@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 #include <string>
@@ -336,13 +337,15 @@ PeerProcess::PeerProcess(const std::string& program, std::uint16_t port, Options
   close(out[1]);
   reader_ = std::thread([this, fd = out[0], on_line = std::move(options.on_line)] {
     FILE* in = fdopen(fd, "r");
-    char line[512];
-    while (std::fgets(line, sizeof line, in) != nullptr) {
-      std::string text(line);
-      if (!text.empty() && text.back() == '\n') text.pop_back();
+    char* line = nullptr;  // getline's, whatever a line's length
+    std::size_t capacity = 0;
+    for (ssize_t n; (n = getline(&line, &capacity, in)) > 0;) {
+      std::string text(line, static_cast<std::size_t>(n));
+      if (text.back() == '\n') text.pop_back();
       lines.add(text);
       if (on_line) on_line(text);
     }
+    std::free(line);
     std::fclose(in);
   });
   if (!eventually([this] { return !lines.starting_with("listening ").empty(); }, 20s)) {

@@ -15,6 +15,8 @@
 #ifndef IBEV_TESTS_SOFTROCE_SESSION_FIXTURE_H_
 #define IBEV_TESTS_SOFTROCE_SESSION_FIXTURE_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -147,7 +149,7 @@ class PeerProcess {
   Lines lines;
 
  private:
-  int pid_ = -1;
+  pid_t pid_ = -1;
   std::uint16_t port_ = 0;
   std::thread reader_;
 };

@@ -594,8 +594,10 @@ class PeerServer : public Server {
     peer_.reset();
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       unclean_ = "the peer process did not end cleanly at SIGTERM (" +
-                 (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                    : "signal " + std::to_string(WTERMSIG(status))) +
+                 (!WIFEXITED(status)            ? "signal " + std::to_string(WTERMSIG(status))
+                  : WEXITSTATUS(status) == 3 ? std::string("exit 3: a QP still held 5 s after "
+                                                           "its session closed")
+                                                : "exit " + std::to_string(WEXITSTATUS(status))) +
                  ")";
     }
   }

@@ -1168,15 +1168,18 @@ Outcome campaign_of(std::uint64_t seed, int cases, const campaign::Bounds& withi
     outcome.passed = false;
     outcome.reproduce = campaign::reproduce_string(result.get<rc::detail::FailureResult>());
     outcome.file = output_path("campaign-seed-" + std::to_string(seed) + ".schedule");
+    // The bounds hold peer outages: a replay needs the peer program too.
+    const std::string again = "--seed " + std::to_string(seed) + " --reproduce " +
+                              outcome.reproduce + " --peer PROGRAM";
     std::ofstream file(outcome.file);
     file << "# ibev fault campaign, seed " << seed << ": " << outcome.violation << "\n"
-         << "# reproduce: --seed " << seed << " --reproduce " << outcome.reproduce << "\n";
+         << "# reproduce: " << again << "\n";
     write_fault_schedule(file, outcome.shrunk);
     BOOST_TEST_MESSAGE("campaign seed " << seed << ": VIOLATION " << outcome.violation
-                                        << "\n  reproduce: --seed " << seed << " --reproduce "
-                                        << outcome.reproduce << "\n  shrunk in "
+                                        << "\n  reproduce: " << again << "\n  shrunk in "
                                         << listener.shrinks_taken << " steps ("
-                                        << listener.shrinks_tried << " tried) to "
+                                        << listener.shrinks_tried << " offered, " << budget
+                                        << " run at most) to "
                                         << outcome.file << ":\n"
                                         << schedule_text(outcome.shrunk));
   } else if (!result.is<rc::detail::SuccessResult>()) {

@@ -134,14 +134,15 @@ class Reported {
       lines_.push_back(side + ": " + line);
     };
   }
-  // The lines starting with `kind` after the side's mark, and forgets all.
-  std::vector<std::string> take(const std::string& kind) {
+  // The lines starting with `kind` after the side's mark, joined by "; ",
+  // and forgets all.
+  std::string take(const std::string& kind) {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<std::string> kept;
+    std::string kept;
     for (const std::string& line : lines_) {
       const auto mark = line.find(": ");
       if (mark != std::string::npos && line.compare(mark + 2, kind.size(), kind) == 0) {
-        kept.push_back(line);
+        kept += (kept.empty() ? "" : "; ") + line;
       }
     }
     lines_.clear();
@@ -669,7 +670,7 @@ class PeerServer : public Server {
 // The workload, as two hosts would have it: the server (above) and a client
 // session from rxe0 (cm_host()) to it, with its own Dispatcher, sending
 // numbered messages every 10 ms while up, from a thread of its own; what it
-// posted is kept, with when. The runner's thread does the server's faults
+// posted is kept. The runner's thread does the server's faults
 // and the teardown.
 class SessionWorkload {
  public:
@@ -711,7 +712,7 @@ class SessionWorkload {
           try {
             client_numbers.send(next);
             std::lock_guard<std::mutex> lock(mutex_);
-            posted_.emplace(next, Clock::now());
+            posted_.insert(next);
             ++next;
           } catch (const std::exception&) {
             // Refused (the QP in ERR before the health looked): not posted.
@@ -728,10 +729,9 @@ class SessionWorkload {
   // A message the bookkeeping says was posted, though it never was.
   void forget_one() {
     std::lock_guard<std::mutex> lock(mutex_);
-    posted_.emplace(1000000 + posted_.size(), Clock::now());
+    posted_.insert(1000000 + posted_.size());
   }
-  // Each number posted, with when.
-  std::map<std::uint64_t, Clock::time_point> posted() {
+  std::set<std::uint64_t> posted() {
     std::lock_guard<std::mutex> lock(mutex_);
     return posted_;
   }
@@ -745,7 +745,7 @@ class SessionWorkload {
 
  private:
   std::mutex mutex_;
-  std::map<std::uint64_t, Clock::time_point> posted_;
+  std::set<std::uint64_t> posted_;
   std::atomic<bool> sending_{true};
   std::thread sender_;
 };
@@ -1018,7 +1018,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
         std::size_t n = 0;
         taken_by_the_kill = 0;
         which.clear();
-        for (const auto& [seq, at] : posted) {
+        for (const auto seq : posted) {
           if (received.count(seq) != 0) continue;
           if (confirmed_before_a_start.count(seq) != 0) {
             ++taken_by_the_kill;
@@ -1070,10 +1070,7 @@ std::string run_schedule(const std::vector<Fault>& faults, Breakage breakage, Ta
     // completion channel's fd open, and rxe's provider its ring mapped on
     // the device's uverbs file, so that context and CQ outlive
     // ibv_close_device: the destroys refused are named first.
-    std::string refused;
-    for (const std::string& line : Reported::all().take("destroy failed")) {
-      refused += (refused.empty() ? "" : "; ") + line;
-    }
+    const std::string refused = Reported::all().take("destroy failed");
     violation = "(d) after teardown " + Resources::now().text() + ", before " + before.text() +
                 "; destroys refused: " + (refused.empty() ? "none" : refused) +
                 "; now: " + command_output(
@@ -1260,8 +1257,8 @@ BOOST_AUTO_TEST_CASE(a_violation_is_found_shrunk_and_written_replayable) {
 // A QP still held when the workload is torn down (by whatever the
 // teardown does not know of: here the test) is closed by its Numbered
 // before the CQ it completes on, and counted (a schedule's (d) reports it),
-// so the CQ's destroy is not refused and nothing of the device stays (#50, seed 508's (d): ctx, cq and one fd more
-// after the teardown). A CQ closed under an open QP is refused (EBUSY) and
+// so the CQ's destroy is not refused and nothing of the device stays (#50,
+// seed 508's (d): ctx, cq and one fd more after the teardown). A CQ closed under an open QP is refused (EBUSY) and
 // given up; its completion channel then cannot be destroyed (an fd left),
 // and rxe's provider keeps the CQ's ring mapped on the context's uverbs
 // file, so the context and the CQ outlive ibv_close_device.
@@ -1283,8 +1280,7 @@ BOOST_AUTO_TEST_CASE(a_qp_held_past_the_teardown_leaves_nothing_of_the_device) {
     held = workload.session->queue_pair();
     BOOST_TEST_REQUIRE(held != nullptr);
   }
-  std::string refused;
-  for (const std::string& line : Reported::all().take("destroy failed")) refused += line + "; ";
+  const std::string refused = Reported::all().take("destroy failed");
   BOOST_TEST(refused.empty(), "destroys refused at the teardown: " << refused);
   BOOST_TEST(held->get() == nullptr, "the held QP was left open");
   // And counted, as run_schedule's (d) reads it.

@@ -43,10 +43,11 @@ status=0
 # then gdb's of the runner. A thread stuck in the kernel (a peer that a
 # SIGKILL cannot end, an `rdma link add` that does not return) shows only
 # there.
+bound=${CAMPAIGN_SEED_BOUND:-$(((cases + 20) * 30))}
 # The VM's time has room for one hang's bound.
-IBEV_VM_TIMEOUT=$((60 + count * cases * 15 + ${CAMPAIGN_SEED_BOUND:-$(((cases + 20) * 30))})) nice -n 10 tools/softroce/softroce_run.sh --devices 2 -- \
+IBEV_VM_TIMEOUT=$((60 + count * cases * 15 + bound)) nice -n 10 tools/softroce/softroce_run.sh --devices 2 -- \
   /bin/bash -c 'status=0
-    bound=${CAMPAIGN_SEED_BOUND:-$((($3 + 20) * 30))}
+    bound=$5
     family() {
       local child
       echo "$1"
@@ -84,7 +85,7 @@ IBEV_VM_TIMEOUT=$((60 + count * cases * 15 + ${CAMPAIGN_SEED_BOUND:-$(((cases + 
       fi
       wait "$pid" || status=$?
     done
-    exit "$status"' "$binary" "$first" "$count" "$cases" "$peer" >"$log" 2>&1 || status=$?
+    exit "$status"' "$binary" "$first" "$count" "$cases" "$peer" "$bound" >"$log" 2>&1 || status=$?
 ended=$(date +%s)
 grep -E '^campaign seed|^  reproduce|^  shrunk|the harness broke' "$log" || true
 awk -v s=$((ended - started)) -v status="$status" '
